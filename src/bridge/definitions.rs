@@ -1,0 +1,112 @@
+//! The model-facing tool definitions, stored verbatim from spec/tools.md §1 (Responses API
+//! shape) so they stay byte-exact, and reshaped for Chat Completions on request.
+
+use serde_json::{Map, Value};
+
+/// The API shape of the definitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// OpenAI Responses API: function tools and custom (freeform) tools.
+    Responses,
+    /// Chat Completions: function tools only, nested under `function`.
+    ChatCompletions,
+}
+
+/// A served tool's definition, in the Responses shape.
+struct Definition {
+    name: &'static str,
+    json: &'static str,
+}
+
+/// Every tool the bridge serves, in the order they are listed.
+const DEFINITIONS: &[Definition] = &[
+    Definition {
+        name: "read_file",
+        json: include_str!("definitions/read_file.json"),
+    },
+    Definition {
+        name: "list_dir",
+        json: include_str!("definitions/list_dir.json"),
+    },
+];
+
+/// Names of the tools `ListTools` offers.
+pub fn tool_names() -> Vec<&'static str> {
+    DEFINITIONS.iter().map(|d| d.name).collect()
+}
+
+/// The JSON array for the API request's `tools` field, leaving out the names in `exclude`.
+pub fn tool_definitions(format: ToolFormat, exclude: &[String]) -> String {
+    let items: Vec<String> = DEFINITIONS
+        .iter()
+        .filter(|d| !exclude.iter().any(|e| e == d.name))
+        .filter_map(|d| match format {
+            ToolFormat::Responses => Some(d.json.to_string()),
+            ToolFormat::ChatCompletions => chat_completions_shape(d.json),
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// `{"type":"function","function":{name, description, strict, parameters}}`; custom tools have
+/// no Chat Completions form and are omitted (spec/tools.md §1).
+fn chat_completions_shape(responses_json: &str) -> Option<String> {
+    let Value::Object(mut tool) = serde_json::from_str::<Value>(responses_json).ok()? else {
+        return None;
+    };
+    if tool.get("type") != Some(&Value::String("function".into())) {
+        return None;
+    }
+    tool.shift_remove("type");
+    let mut outer = Map::new();
+    outer.insert("type".into(), Value::String("function".into()));
+    outer.insert("function".into(), Value::Object(tool));
+    Some(Value::Object(outer).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_definitions_are_the_spec_bytes() {
+        let json = tool_definitions(ToolFormat::Responses, &[]);
+        assert!(json.starts_with(
+            r#"[{"type":"function","name":"read_file","description":"Reads a local file"#
+        ));
+        let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed.len(), DEFINITIONS.len());
+        for d in DEFINITIONS {
+            assert!(json.contains(d.json), "{} stored verbatim", d.name);
+            assert!(!d.json.ends_with('\n'));
+        }
+    }
+
+    #[test]
+    fn chat_completions_nests_the_function_with_nothing_else_on_top() {
+        let json = tool_definitions(ToolFormat::ChatCompletions, &[]);
+        let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
+        for tool in &parsed {
+            let obj = tool.as_object().unwrap();
+            assert_eq!(obj.keys().collect::<Vec<_>>(), ["type", "function"]);
+            let f = obj["function"].as_object().unwrap();
+            assert_eq!(
+                f.keys().collect::<Vec<_>>(),
+                ["name", "description", "strict", "parameters"]
+            );
+            assert_eq!(f["strict"], Value::Bool(false));
+        }
+        assert!(
+            json.starts_with(
+                r#"[{"type":"function","function":{"name":"read_file","description":"#
+            )
+        );
+    }
+
+    #[test]
+    fn exclude_leaves_tools_out() {
+        let json = tool_definitions(ToolFormat::Responses, &["read_file".to_string()]);
+        assert!(!json.contains(r#""name":"read_file""#));
+        assert!(json.contains(r#""name":"list_dir""#));
+    }
+}

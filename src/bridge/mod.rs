@@ -1,0 +1,9 @@
+//! The function-call bridge: model-facing tool definitions (`ListTools`) and dispatch of a
+//! model's tool call to the tool, returning exactly the text and success flag Codex would send
+//! back to the model (`Invoke`). No gRPC types here: the daemon converts at its edge.
+
+mod definitions;
+mod invoke;
+
+pub use definitions::{ToolFormat, tool_definitions, tool_names};
+pub use invoke::{InvokeOutcome, invoke};

@@ -1,0 +1,333 @@
+//! Client subcommands. Readable output by default, `--json` for scripts; an error is one line
+//! on stderr and exit status 2; a tool that reports failure exits 1.
+
+use crate::api::{
+    self, bridge_client::BridgeClient, sessions_client::SessionsClient, tools_client::ToolsClient,
+};
+use crate::client::connect;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use std::path::PathBuf;
+use tonic::transport::Channel;
+
+/// Options every client command shares (ignored by `serve`).
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// The daemon: a socket path, unix:PATH or tcp:HOST:PORT (default: the daemon's default socket).
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub socket: Option<String>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// Options of commands that run in a session.
+#[derive(Debug, Clone, Args)]
+pub struct SessionOpts {
+    /// Use this open session instead of opening a temporary one.
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Working directory of the temporary session (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Mode of the temporary session.
+    #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
+    pub mode: ModeArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    Responses,
+    Chat,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClientCommand {
+    /// Check the daemon's health service.
+    Health,
+    /// Show the daemon's version, tools and sandbox layers.
+    Capabilities,
+    /// Print the model-facing tool definitions.
+    Tools {
+        #[arg(long, value_enum, default_value_t = FormatArg::Responses)]
+        format: FormatArg,
+    },
+    /// Read a file with line numbers.
+    ReadFile {
+        path: String,
+        #[arg(long)]
+        offset: Option<u64>,
+        #[arg(long)]
+        limit: Option<u64>,
+        #[command(flatten)]
+        session: SessionOpts,
+    },
+    /// List a directory.
+    ListDir {
+        path: String,
+        #[arg(long)]
+        offset: Option<u64>,
+        #[arg(long)]
+        limit: Option<u64>,
+        #[arg(long)]
+        depth: Option<u64>,
+        #[command(flatten)]
+        session: SessionOpts,
+    },
+    /// Run one model tool call through the bridge: NAME and its JSON arguments.
+    Invoke {
+        name: String,
+        arguments: String,
+        #[arg(long, default_value = "call_cli")]
+        call_id: String,
+        /// The arguments are a freeform (custom tool) payload, not JSON.
+        #[arg(long)]
+        freeform: bool,
+        #[command(flatten)]
+        session: SessionOpts,
+    },
+}
+
+/// Runs a client command; returns the process exit status.
+pub async fn run(common: Common, command: ClientCommand) -> i32 {
+    match execute(&common, command).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            2
+        }
+    }
+}
+
+fn status_text(s: tonic::Status) -> String {
+    format!("{:?}: {}", s.code(), s.message())
+}
+
+async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String> {
+    let target = common.socket.clone().unwrap_or_else(|| {
+        crate::daemon::config::default_socket_path()
+            .to_string_lossy()
+            .into_owned()
+    });
+    let channel = connect(&target).await?;
+    match command {
+        ClientCommand::Health => {
+            let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+            let resp = client
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .map_err(status_text)?
+                .into_inner();
+            let status =
+                tonic_health::pb::health_check_response::ServingStatus::try_from(resp.status)
+                    .map(|s| s.as_str_name().to_string())
+                    .unwrap_or_else(|_| resp.status.to_string());
+            if common.json {
+                println!("{}", json!({ "status": status }));
+            } else {
+                println!("{status}");
+            }
+            Ok(if status == "SERVING" { 0 } else { 1 })
+        }
+        ClientCommand::Capabilities => {
+            let caps = SessionsClient::new(channel)
+                .get_capabilities(api::GetCapabilitiesRequest {})
+                .await
+                .map_err(status_text)?
+                .into_inner();
+            let layers: Vec<_> = caps
+                .layers
+                .iter()
+                .map(|l| {
+                    json!({
+                        "name": l.name,
+                        "status": api::LayerStatus::try_from(l.status).map(|s| s.as_str_name()).unwrap_or("?"),
+                        "detail": l.detail,
+                    })
+                })
+                .collect();
+            let value = json!({
+                "api_version": caps.api_version,
+                "server_version": caps.server_version,
+                "tools": caps.tools,
+                "landlock_abi": caps.landlock_abi,
+                "layers": layers,
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
+            Ok(0)
+        }
+        ClientCommand::Tools { format } => {
+            let format = match format {
+                FormatArg::Responses => api::ToolFormat::Responses,
+                FormatArg::Chat => api::ToolFormat::ChatCompletions,
+            };
+            let resp = BridgeClient::new(channel)
+                .list_tools(api::ListToolsRequest {
+                    format: format as i32,
+                    ..Default::default()
+                })
+                .await
+                .map_err(status_text)?
+                .into_inner();
+            if common.json {
+                println!("{}", resp.tools_json);
+            } else {
+                let value: serde_json::Value =
+                    serde_json::from_str(&resp.tools_json).map_err(|e| e.to_string())?;
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).unwrap_or_default()
+                );
+            }
+            Ok(0)
+        }
+        ClientCommand::ReadFile {
+            path,
+            offset,
+            limit,
+            session,
+        } => {
+            let (id, temporary) = open(&channel, &session).await?;
+            let result = ToolsClient::new(channel.clone())
+                .read_file(api::ReadFileRequest {
+                    session_id: id.clone(),
+                    file_path: path,
+                    offset,
+                    limit,
+                    ..Default::default()
+                })
+                .await;
+            close(&channel, &id, temporary).await;
+            let resp = result.map_err(status_text)?.into_inner();
+            if common.json {
+                let lines: Vec<_> = resp
+                    .lines
+                    .iter()
+                    .map(|l| json!({"number": l.number, "text": l.text}))
+                    .collect();
+                println!(
+                    "{}",
+                    json!({"path": resp.path, "lines": lines, "text": resp.text})
+                );
+            } else {
+                println!("{}", resp.text);
+            }
+            Ok(0)
+        }
+        ClientCommand::ListDir {
+            path,
+            offset,
+            limit,
+            depth,
+            session,
+        } => {
+            let (id, temporary) = open(&channel, &session).await?;
+            let result = ToolsClient::new(channel.clone())
+                .list_dir(api::ListDirRequest {
+                    session_id: id.clone(),
+                    dir_path: path,
+                    offset,
+                    limit,
+                    depth,
+                })
+                .await;
+            close(&channel, &id, temporary).await;
+            let resp = result.map_err(status_text)?.into_inner();
+            if common.json {
+                let entries: Vec<_> = resp
+                    .entries
+                    .iter()
+                    .map(|e| json!({"relative_path": e.relative_path, "name": e.name, "depth": e.depth,
+                        "kind": api::EntryKind::try_from(e.kind).map(|k| k.as_str_name()).unwrap_or("?")}))
+                    .collect();
+                println!(
+                    "{}",
+                    json!({"absolute_path": resp.absolute_path, "entries": entries,
+                        "more_entries": resp.more_entries, "text": resp.text})
+                );
+            } else {
+                println!("{}", resp.text);
+            }
+            Ok(0)
+        }
+        ClientCommand::Invoke {
+            name,
+            arguments,
+            call_id,
+            freeform,
+            session,
+        } => {
+            let (id, temporary) = open(&channel, &session).await?;
+            let result = BridgeClient::new(channel.clone())
+                .invoke(api::InvokeRequest {
+                    session_id: id.clone(),
+                    name,
+                    arguments,
+                    call_id,
+                    freeform,
+                })
+                .await;
+            close(&channel, &id, temporary).await;
+            let resp = result.map_err(status_text)?.into_inner();
+            if common.json {
+                println!(
+                    "{}",
+                    json!({"call_id": resp.call_id, "output": resp.output, "success": resp.success})
+                );
+            } else {
+                println!("{}", resp.output);
+            }
+            Ok(if resp.success { 0 } else { 1 })
+        }
+    }
+}
+
+/// The session to use: the given one, or a temporary one (closed afterwards).
+async fn open(channel: &Channel, opts: &SessionOpts) -> Result<(String, bool), String> {
+    if let Some(id) = &opts.session {
+        return Ok((id.clone(), false));
+    }
+    let cwd = match &opts.cwd {
+        Some(dir) => {
+            std::path::absolute(dir).map_err(|e| format!("--cwd {}: {e}", dir.display()))?
+        }
+        None => std::env::current_dir().map_err(|e| format!("current directory: {e}"))?,
+    };
+    let mode = match opts.mode {
+        ModeArg::ReadOnly => api::SandboxMode::ReadOnly,
+        ModeArg::WorkspaceWrite => api::SandboxMode::WorkspaceWrite,
+        ModeArg::DangerFullAccess => api::SandboxMode::DangerFullAccess,
+    };
+    let resp = SessionsClient::new(channel.clone())
+        .open_session(api::OpenSessionRequest {
+            cwd: cwd.to_string_lossy().into_owned(),
+            mode: mode as i32,
+            ..Default::default()
+        })
+        .await
+        .map_err(status_text)?
+        .into_inner();
+    Ok((resp.session_id, true))
+}
+
+async fn close(channel: &Channel, id: &str, temporary: bool) {
+    if temporary {
+        let _ = SessionsClient::new(channel.clone())
+            .close_session(api::CloseSessionRequest {
+                session_id: id.to_string(),
+            })
+            .await;
+    }
+}

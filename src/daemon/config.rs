@@ -1,0 +1,247 @@
+//! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
+//! win over the file, the file over the defaults.
+
+use clap::Args;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the daemon listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A Unix socket path (the default transport; peer credentials identify the caller).
+    Unix(PathBuf),
+    /// A TCP address; only loopback addresses until authenticated TCP exists.
+    Tcp(std::net::SocketAddr),
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/corral/corral.sock".into());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        if let Some(addr) = s.strip_prefix("tcp:") {
+            let addr: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|e| format!("tcp:{addr} is not HOST:PORT ({e})"))?;
+            return Ok(ListenAddr::Tcp(addr));
+        }
+        Err(format!(
+            "listen address `{s}` must start with unix: or tcp: (e.g. unix:/tmp/corral.sock, tcp:127.0.0.1:7878)"
+        ))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ListenAddr::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `corral serve` flags. Each one overrides the config-file key of the same name
+/// (with `-` for `_`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML config file; every key below may be set there (flags win).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback only). Default:
+    /// $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<ListenAddr>,
+    /// Permissions of the Unix socket file, octal. Default 0600: only the daemon's user may
+    /// connect (callers are not yet mapped to their own uid).
+    #[arg(long, value_name = "OCTAL")]
+    pub socket_mode: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter (tracing EnvFilter syntax), e.g. info or corral=debug.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Seconds a session may stay unused before it expires.
+    #[arg(long, value_name = "SECS")]
+    pub session_idle_timeout: Option<u64>,
+    /// Most sessions open at once; OpenSession beyond it is RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<u64>,
+    /// Seconds in-flight calls get to finish after SIGTERM/SIGINT before they are cancelled.
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_grace: Option<u64>,
+}
+
+/// The config file's keys (all optional).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+struct FileConfig {
+    listen: Option<String>,
+    socket_mode: Option<String>,
+    log_format: Option<LogFormat>,
+    log_level: Option<String>,
+    session_idle_timeout: Option<u64>,
+    max_sessions: Option<u64>,
+    shutdown_grace: Option<u64>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: ListenAddr,
+    pub socket_mode: u32,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub session_idle_timeout: Duration,
+    pub max_sessions: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// Defaults ← config file ← flags. Errors name the file and the key.
+    pub fn load(args: &ServeArgs) -> Result<Config, String> {
+        let file = match &args.config {
+            Some(path) => read_file_config(path)?,
+            None => FileConfig::default(),
+        };
+        let listen = match (&args.listen, &file.listen) {
+            (Some(l), _) => l.clone(),
+            (None, Some(s)) => s.parse().map_err(|e| format!("config key `listen`: {e}"))?,
+            (None, None) => ListenAddr::Unix(default_socket_path()),
+        };
+        if let ListenAddr::Tcp(addr) = &listen
+            && !addr.ip().is_loopback()
+        {
+            return Err(format!(
+                "refusing to listen on {addr}: TCP is only allowed on a loopback address until \
+                 authenticated TCP is configured; use tcp:127.0.0.1:PORT or a Unix socket"
+            ));
+        }
+        let mode_text = args
+            .socket_mode
+            .clone()
+            .or(file.socket_mode)
+            .unwrap_or_else(|| "0600".into());
+        let socket_mode = u32::from_str_radix(mode_text.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| format!("socket_mode `{mode_text}` is not an octal mode like 0600"))?;
+        let max_sessions = args.max_sessions.or(file.max_sessions).unwrap_or(1024);
+        if max_sessions == 0 {
+            return Err("max_sessions must be greater than zero".into());
+        }
+        let idle = args
+            .session_idle_timeout
+            .or(file.session_idle_timeout)
+            .unwrap_or(3600);
+        if idle == 0 {
+            return Err("session_idle_timeout must be greater than zero".into());
+        }
+        Ok(Config {
+            listen,
+            socket_mode,
+            log_format: args
+                .log_format
+                .or(file.log_format)
+                .unwrap_or(LogFormat::Text),
+            log_level: args
+                .log_level
+                .clone()
+                .or(file.log_level)
+                .unwrap_or_else(|| "info".into()),
+            session_idle_timeout: Duration::from_secs(idle),
+            max_sessions: usize::try_from(max_sessions).unwrap_or(usize::MAX),
+            shutdown_grace: Duration::from_secs(
+                args.shutdown_grace.or(file.shutdown_grace).unwrap_or(10),
+            ),
+        })
+    }
+}
+
+fn read_file_config(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+}
+
+/// `$XDG_RUNTIME_DIR/corral/corral.sock`, or `/run/corral/corral.sock` as root, or
+/// `/tmp/corral-$UID/corral.sock` when neither applies.
+pub fn default_socket_path() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/corral/corral.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("corral/corral.sock"),
+        None => PathBuf::from(format!(
+            "/tmp/corral-{}/corral.sock",
+            nix::unistd::geteuid()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses_parse() {
+        assert_eq!(
+            "unix:/x/y.sock".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Unix("/x/y.sock".into())
+        );
+        assert!("tcp:127.0.0.1:9".parse::<ListenAddr>().is_ok());
+        assert!(
+            "tcp:nohost"
+                .parse::<ListenAddr>()
+                .unwrap_err()
+                .contains("HOST:PORT")
+        );
+        assert!(
+            "/x.sock"
+                .parse::<ListenAddr>()
+                .unwrap_err()
+                .contains("unix: or tcp:")
+        );
+    }
+
+    #[test]
+    fn non_loopback_tcp_is_refused() {
+        let args = ServeArgs {
+            listen: Some("tcp:0.0.0.0:7878".parse().unwrap()),
+            ..Default::default()
+        };
+        assert!(Config::load(&args).unwrap_err().contains("loopback"));
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "max_sessions = 5\nsession_idle_timeout = 7\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            max_sessions: Some(9),
+            ..Default::default()
+        };
+        let cfg = Config::load(&args).unwrap();
+        assert_eq!(cfg.max_sessions, 9);
+        assert_eq!(cfg.session_idle_timeout, Duration::from_secs(7));
+        std::fs::write(&file, "max_sesions = 5\n").unwrap();
+        let err = Config::load(&args).unwrap_err();
+        assert!(err.contains("max_sesions"), "{err}");
+    }
+}

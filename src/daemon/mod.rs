@@ -1,0 +1,10 @@
+//! The daemon: gRPC services, sessions, configuration, and where calls are executed.
+//! It authenticates and routes; it never touches user files itself.
+
+pub mod config;
+pub mod executor;
+pub mod inflight;
+pub mod listener;
+pub mod server;
+pub mod service;
+pub mod sessions;

@@ -1,0 +1,157 @@
+//! `corral serve`: the gRPC server with health and reflection, idle-session expiry, and graceful
+//! shutdown on SIGTERM/SIGINT.
+
+use crate::api::{
+    bridge_server::BridgeServer, sessions_server::SessionsServer, tools_server::ToolsServer,
+};
+use crate::daemon::config::{Config, ListenAddr};
+use crate::daemon::executor::Executor;
+use crate::daemon::inflight::InFlight;
+use crate::daemon::listener;
+use crate::daemon::service::CorralService;
+use crate::daemon::sessions::SessionStore;
+use crate::pb::FILE_DESCRIPTOR_SET;
+use std::future::Future;
+use std::time::Duration;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::Server;
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn serve(config: Config) -> Result<(), String> {
+    let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
+    let in_flight = InFlight::default();
+    let service = CorralService {
+        sessions: sessions.clone(),
+        executor: Executor::new(),
+        in_flight: in_flight.clone(),
+    };
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<SessionsServer<CorralService>>()
+        .await;
+    health_reporter
+        .set_serving::<ToolsServer<CorralService>>()
+        .await;
+    health_reporter
+        .set_serving::<BridgeServer<CorralService>>()
+        .await;
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| format!("cannot build reflection v1: {e}"))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| format!("cannot build reflection v1alpha: {e}"))?;
+
+    let router = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(SessionsServer::new(service.clone()))
+        .add_service(ToolsServer::new(service.clone()))
+        .add_service(BridgeServer::new(service));
+
+    let expiry = tokio::spawn(expire_idle_sessions(sessions));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stopped = async {
+        let _ = stop_rx.await;
+    };
+
+    let server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>> = match &config.listen
+    {
+        ListenAddr::Unix(path) => {
+            let uds = listener::bind_unix(path, config.socket_mode)?;
+            announce(&config.listen);
+            tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), stopped))
+        }
+        ListenAddr::Tcp(addr) => {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+            let bound = ListenAddr::Tcp(tcp.local_addr().map_err(|e| e.to_string())?);
+            announce(&bound);
+            tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(tcp), stopped))
+        }
+    };
+
+    let signal_name = wait_for_shutdown_signal(server_finished(&server)).await?;
+    if let Some(name) = signal_name {
+        tracing::info!(
+            signal = name,
+            grace_seconds = config.shutdown_grace.as_secs(),
+            "shutting down: no new connections; waiting for in-flight calls"
+        );
+        let _ = stop_tx.send(());
+        // Idle client connections do not hold shutdown up; calls in flight do, up to the grace.
+        match tokio::time::timeout(config.shutdown_grace, in_flight.wait_idle()).await {
+            Ok(()) => tracing::info!("all calls finished"),
+            Err(_) => tracing::warn!(
+                calls = in_flight.count(),
+                "grace period over: cancelling the remaining calls"
+            ),
+        }
+        server.abort();
+    } else {
+        // The server stopped by itself: report why.
+        match server.await {
+            Ok(Err(e)) => return Err(format!("server failed: {e}")),
+            Err(e) => return Err(format!("server task failed: {e}")),
+            Ok(Ok(())) => {}
+        }
+    }
+    expiry.abort();
+    if let ListenAddr::Unix(path) = &config.listen {
+        let _ = std::fs::remove_file(path);
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn announce(addr: &ListenAddr) {
+    tracing::info!(listen = %addr, "corral is serving");
+    let socket_flag = match addr {
+        ListenAddr::Unix(p) => format!("--socket {}", p.display()),
+        ListenAddr::Tcp(a) => format!("--socket tcp:{a}"),
+    };
+    // A human starting the daemon wants to know where it is and how to try it.
+    eprintln!("corral listening on {addr}");
+    eprintln!("try: corral health {socket_flag}   or   corral list-dir {socket_flag} .");
+}
+
+/// Resolves when the server task ends on its own.
+async fn server_finished<T>(handle: &tokio::task::JoinHandle<T>) {
+    while !handle.is_finished() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits for SIGTERM or SIGINT (returning its name) or for `finished` (returning None).
+async fn wait_for_shutdown_signal(
+    finished: impl Future<Output = ()>,
+) -> Result<Option<&'static str>, String> {
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT handler: {e}"))?;
+    tokio::select! {
+        _ = term.recv() => Ok(Some("SIGTERM")),
+        _ = int.recv() => Ok(Some("SIGINT")),
+        _ = finished => Ok(None),
+    }
+}
+
+async fn expire_idle_sessions(sessions: SessionStore) {
+    let period =
+        (sessions.idle_timeout() / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        for id in sessions.expire_idle() {
+            tracing::info!(session = %id, "session expired after being idle");
+        }
+    }
+}

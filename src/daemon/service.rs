@@ -1,0 +1,188 @@
+//! The gRPC services: Sessions, Tools and Bridge. Each handler resolves the session, runs the
+//! call through the executor, and maps failures to status codes.
+
+use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_server::Tools};
+use crate::bridge::{self, ToolFormat};
+use crate::daemon::executor::Executor;
+use crate::daemon::inflight::InFlight;
+use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
+use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
+use std::sync::Arc;
+use tonic::{Code, Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// Shared state of the three services.
+#[derive(Clone)]
+pub struct CorralService {
+    pub sessions: SessionStore,
+    pub executor: Executor,
+    pub in_flight: InFlight,
+}
+
+impl CorralService {
+    fn session(&self, id: &str) -> Result<Arc<Session>, Status> {
+        if id.is_empty() {
+            return Err(invalid_field("session_id", "session_id is required"));
+        }
+        self.sessions.get(id).ok_or_else(|| {
+            Status::not_found(format!(
+                "session `{id}` not found: it was never opened, was closed, or expired after \
+                 being idle; open a new one with OpenSession"
+            ))
+        })
+    }
+
+    async fn run(&self, session_id: &str, call: Call) -> Result<Reply, Status> {
+        let _call = self.in_flight.enter();
+        let session = self.session(session_id)?;
+        match self.executor.call(&session, call).await? {
+            Reply::Failure(f) => Err(Status::new(Code::from(f.code), f.message)),
+            reply => Ok(reply),
+        }
+    }
+}
+
+/// INVALID_ARGUMENT with a google.rpc.BadRequest naming the field.
+fn invalid_field(field: &str, message: &str) -> Status {
+    Status::with_error_details(
+        Code::InvalidArgument,
+        message,
+        ErrorDetails::with_bad_request_violation(field, message),
+    )
+}
+
+fn unexpected(reply: Reply) -> Status {
+    Status::internal(format!(
+        "worker answered with an unexpected reply: {reply:?}"
+    ))
+}
+
+#[tonic::async_trait]
+impl Sessions for CorralService {
+    async fn open_session(
+        &self,
+        request: Request<api::OpenSessionRequest>,
+    ) -> Result<Response<api::OpenSessionResponse>, Status> {
+        let req = request.into_inner();
+        let mut session =
+            sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
+        session.id = sessions::new_session_id()
+            .map_err(|e| Status::internal(format!("cannot draw a random session id: {e}")))?;
+        let writable_roots = session
+            .writable_roots
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let session = self.sessions.insert(session).map_err(|e| match e {
+            StoreError::Full(n) => Status::resource_exhausted(format!(
+                "too many open sessions ({n}); close sessions you no longer use"
+            )),
+        })?;
+        tracing::info!(session = %session.id, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
+        Ok(Response::new(api::OpenSessionResponse {
+            session_id: session.id.clone(),
+            skipped_writable_roots: Vec::new(),
+            writable_roots,
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<api::CloseSessionRequest>,
+    ) -> Result<Response<api::CloseSessionResponse>, Status> {
+        let id = request.into_inner().session_id;
+        self.session(&id)?;
+        self.sessions.remove(&id);
+        tracing::info!(session = %id, "session closed");
+        Ok(Response::new(api::CloseSessionResponse {}))
+    }
+
+    async fn get_capabilities(
+        &self,
+        _request: Request<api::GetCapabilitiesRequest>,
+    ) -> Result<Response<api::GetCapabilitiesResponse>, Status> {
+        Ok(Response::new(api::GetCapabilitiesResponse {
+            api_version: "corral.v1".into(),
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            tools: bridge::tool_names().into_iter().map(String::from).collect(),
+            layers: Vec::new(),
+            landlock_abi: 0,
+            session_idle_timeout_seconds: self.sessions.idle_timeout().as_secs(),
+            max_sessions: self.sessions.max_sessions() as u64,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl Tools for CorralService {
+    async fn read_file(
+        &self,
+        request: Request<api::ReadFileRequest>,
+    ) -> Result<Response<api::ReadFileResponse>, Status> {
+        let req = request.into_inner();
+        match self
+            .run(&req.session_id.clone(), Call::ReadFile(req))
+            .await?
+        {
+            Reply::ReadFile(r) => Ok(Response::new(r)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list_dir(
+        &self,
+        request: Request<api::ListDirRequest>,
+    ) -> Result<Response<api::ListDirResponse>, Status> {
+        let req = request.into_inner();
+        match self
+            .run(&req.session_id.clone(), Call::ListDir(req))
+            .await?
+        {
+            Reply::ListDir(r) => Ok(Response::new(r)),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Bridge for CorralService {
+    async fn list_tools(
+        &self,
+        request: Request<api::ListToolsRequest>,
+    ) -> Result<Response<api::ListToolsResponse>, Status> {
+        let req = request.into_inner();
+        if !req.session_id.is_empty() {
+            self.session(&req.session_id)?;
+        }
+        let format = match api::ToolFormat::try_from(req.format) {
+            Ok(api::ToolFormat::Unspecified | api::ToolFormat::Responses) => ToolFormat::Responses,
+            Ok(api::ToolFormat::ChatCompletions) => ToolFormat::ChatCompletions,
+            Err(_) => {
+                return Err(invalid_field(
+                    "format",
+                    &format!("format {} is not a known ToolFormat", req.format),
+                ));
+            }
+        };
+        Ok(Response::new(api::ListToolsResponse {
+            tools_json: bridge::tool_definitions(format, &req.exclude),
+        }))
+    }
+
+    async fn invoke(
+        &self,
+        request: Request<api::InvokeRequest>,
+    ) -> Result<Response<api::InvokeResponse>, Status> {
+        let req = request.into_inner();
+        if req.name.is_empty() {
+            return Err(invalid_field(
+                "name",
+                "name is required: the tool the model called",
+            ));
+        }
+        match self.run(&req.session_id.clone(), Call::Invoke(req)).await? {
+            Reply::Invoke(r) => Ok(Response::new(r)),
+            other => Err(unexpected(other)),
+        }
+    }
+}

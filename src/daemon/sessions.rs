@@ -1,0 +1,273 @@
+//! The session table: 128-bit random ids, validation of OpenSession's input, idle expiry.
+
+use crate::api;
+use crate::sandbox::policy::Mode;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a session fixes for its calls.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub cwd: PathBuf,
+    pub mode: Mode,
+    pub writable_roots: Vec<PathBuf>,
+    pub network_access: bool,
+    pub exclude_tmpdir_env_var: bool,
+    pub exclude_slash_tmp: bool,
+    pub env: BTreeMap<String, String>,
+}
+
+/// A rejected OpenSession: the field and the reason (INVALID_ARGUMENT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+/// Checks an OpenSession request and turns it into a session (without an id yet).
+pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
+    let err = |field: &str, message: String| FieldError {
+        field: field.to_string(),
+        message,
+    };
+    let mode = match api::SandboxMode::try_from(req.mode) {
+        Ok(api::SandboxMode::ReadOnly) => Mode::ReadOnly,
+        Ok(api::SandboxMode::WorkspaceWrite) => Mode::WorkspaceWrite,
+        Ok(api::SandboxMode::DangerFullAccess) => Mode::DangerFullAccess,
+        Ok(api::SandboxMode::Unspecified) => {
+            return Err(err(
+                "mode",
+                "mode is required: SANDBOX_MODE_READ_ONLY, SANDBOX_MODE_WORKSPACE_WRITE or \
+                 SANDBOX_MODE_DANGER_FULL_ACCESS"
+                    .into(),
+            ));
+        }
+        Err(_) => {
+            return Err(err(
+                "mode",
+                format!("mode {} is not a known SandboxMode", req.mode),
+            ));
+        }
+    };
+    if req.cwd.is_empty() {
+        return Err(err(
+            "cwd",
+            "cwd is required: an absolute path of an existing directory".into(),
+        ));
+    }
+    let cwd = PathBuf::from(&req.cwd);
+    if !cwd.is_absolute() {
+        return Err(err(
+            "cwd",
+            format!("cwd must be an absolute path, got `{}`", req.cwd),
+        ));
+    }
+    match std::fs::metadata(&cwd) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(err("cwd", format!("cwd `{}` is not a directory", req.cwd))),
+        Err(e) => {
+            return Err(err(
+                "cwd",
+                format!("cwd `{}` is not accessible: {e}", req.cwd),
+            ));
+        }
+    }
+    let mut writable_roots = Vec::with_capacity(req.writable_roots.len());
+    for (i, root) in req.writable_roots.iter().enumerate() {
+        if !Path::new(root).is_absolute() {
+            return Err(err(
+                &format!("writable_roots[{i}]"),
+                format!("writable_roots[{i}] must be an absolute path, got `{root}`"),
+            ));
+        }
+        writable_roots.push(PathBuf::from(root));
+    }
+    Ok(Session {
+        id: String::new(),
+        cwd,
+        mode,
+        writable_roots,
+        network_access: req.network_access || mode == Mode::DangerFullAccess,
+        exclude_tmpdir_env_var: req.exclude_tmpdir_env_var,
+        exclude_slash_tmp: req.exclude_slash_tmp,
+        env: req
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    })
+}
+
+/// A fresh 128-bit session id from the OS CSPRNG, as 32 lowercase hex digits.
+pub fn new_session_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+struct Entry {
+    session: Arc<Session>,
+    last_used: Instant,
+}
+
+/// The live sessions. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct SessionStore {
+    inner: Arc<Mutex<HashMap<String, Entry>>>,
+    idle_timeout: Duration,
+    max_sessions: usize,
+}
+
+/// Why a session could not be stored.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StoreError {
+    Full(usize),
+}
+
+impl SessionStore {
+    pub fn new(idle_timeout: Duration, max_sessions: usize) -> Self {
+        Self {
+            inner: Arc::default(),
+            idle_timeout,
+            max_sessions,
+        }
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding the lock cannot leave the map inconsistent (single inserts and
+        // removes), so a poisoned lock is still safe to use.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn insert(&self, session: Session) -> Result<Arc<Session>, StoreError> {
+        let mut table = self.table();
+        if table.len() >= self.max_sessions {
+            return Err(StoreError::Full(self.max_sessions));
+        }
+        let session = Arc::new(session);
+        table.insert(
+            session.id.clone(),
+            Entry {
+                session: session.clone(),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(session)
+    }
+
+    /// The live session with this id, marking it used; `None` if unknown, closed or expired.
+    pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        let mut table = self.table();
+        let entry = table.get_mut(id)?;
+        if entry.last_used.elapsed() > self.idle_timeout {
+            table.remove(id);
+            return None;
+        }
+        entry.last_used = Instant::now();
+        Some(entry.session.clone())
+    }
+
+    pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
+        self.table().remove(id).map(|e| e.session)
+    }
+
+    /// Drops sessions idle longer than the timeout; returns their ids.
+    pub fn expire_idle(&self) -> Vec<String> {
+        let mut table = self.table();
+        let expired: Vec<String> = table
+            .iter()
+            .filter(|(_, e)| e.last_used.elapsed() > self.idle_timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            table.remove(id);
+        }
+        expired
+    }
+
+    pub fn len(&self) -> usize {
+        self.table().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(cwd: &str, mode: api::SandboxMode) -> api::OpenSessionRequest {
+        api::OpenSessionRequest {
+            cwd: cwd.into(),
+            mode: mode as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ro = api::SandboxMode::ReadOnly;
+        assert_eq!(validate(&request("", ro)).unwrap_err().field, "cwd");
+        assert!(
+            validate(&request("rel", ro))
+                .unwrap_err()
+                .message
+                .contains("absolute")
+        );
+        assert!(
+            validate(&request("/etc/passwd", ro))
+                .unwrap_err()
+                .message
+                .contains("not a directory")
+        );
+        assert_eq!(
+            validate(&request("/", api::SandboxMode::Unspecified))
+                .unwrap_err()
+                .field,
+            "mode"
+        );
+        let mut r = request("/", ro);
+        r.writable_roots = vec!["/tmp".into(), "rel".into()];
+        assert_eq!(validate(&r).unwrap_err().field, "writable_roots[1]");
+        assert_eq!(validate(&request("/", ro)).unwrap().mode, Mode::ReadOnly);
+    }
+
+    #[test]
+    fn ids_are_128_bit_hex_and_distinct() {
+        let a = new_session_id().unwrap();
+        let b = new_session_id().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn store_limits_and_expires() {
+        let store = SessionStore::new(Duration::from_millis(50), 1);
+        let mut s = validate(&request("/", api::SandboxMode::ReadOnly)).unwrap();
+        s.id = "a".into();
+        store.insert(s.clone()).unwrap();
+        s.id = "b".into();
+        assert_eq!(store.insert(s).unwrap_err(), StoreError::Full(1));
+        assert!(store.get("a").is_some());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(store.get("a").is_none());
+        assert!(store.is_empty());
+    }
+}

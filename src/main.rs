@@ -1,0 +1,89 @@
+//! The `corral` binary: `corral serve` runs the daemon; the other subcommands are the thin
+//! client.
+
+use clap::{Parser, Subcommand};
+use corral::client::{self, ClientCommand};
+use corral::daemon::config::{Config, LogFormat, ServeArgs};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "corral",
+    version,
+    about = "Sandboxed tool-execution daemon for coding agents"
+)]
+struct Cli {
+    #[command(flatten)]
+    common: client::Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Serve(ServeArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Client(cmd) => {
+            let common = cli.common;
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            let code = rt.block_on(client::run(common, cmd));
+            std::process::ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> std::process::ExitCode {
+    let config = match Config::load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format, &config.log_level);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match rt.block_on(corral::daemon::server::serve(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

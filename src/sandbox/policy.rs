@@ -1,0 +1,91 @@
+//! The effective sandbox policy of one worker: the mode turned into concrete, checked rules.
+//!
+//! This is the single description every layer reads (namespaces, identity, Landlock, seccomp,
+//! limits). It is computed in the daemon from the session parameters (spec/sandbox.md §1–2),
+//! serialised to the worker, and applied there before the worker reads its first request.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The three modes (spec/sandbox.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Mode {
+    pub fn is_sandboxed(self) -> bool {
+        !matches!(self, Mode::DangerFullAccess)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::DangerFullAccess => "danger-full-access",
+        }
+    }
+}
+
+/// Who the worker runs as (the session owner).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, set with setgroups.
+    pub groups: Vec<u32>,
+}
+
+/// Resource limits applied to the worker and inherited by every command (setrlimit).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ResourceLimits {
+    /// RLIMIT_CORE: 0, so no core dump leaks memory contents.
+    pub core_bytes: u64,
+    /// RLIMIT_NPROC: fork-bomb ceiling (per uid).
+    pub processes: u64,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+    /// RLIMIT_FSIZE: largest file a command may write.
+    pub file_size_bytes: u64,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        Self {
+            core_bytes: 0,
+            processes: 4096,
+            open_files: 4096,
+            file_size_bytes: 16 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// Everything a worker needs to confine itself. All paths are absolute and canonical.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    pub mode: Mode,
+    /// The session's working directory.
+    pub cwd: PathBuf,
+    /// Directories writable in workspace-write (spec/sandbox.md §2.2), existing and canonical.
+    /// Empty in read-only and danger-full-access.
+    pub writable_roots: Vec<PathBuf>,
+    /// Existing protected paths inside writable roots, made read-only (spec/sandbox.md §2.3).
+    pub protected_paths: Vec<PathBuf>,
+    /// Names whose creation directly inside a writable root is blocked (`.git`, `.codex`, `.agents`)
+    /// because they did not exist when the session opened.
+    pub protected_missing: Vec<PathBuf>,
+    /// Whether the network is on. Always true in danger-full-access.
+    pub network: bool,
+    /// Paths hidden from the sandbox: corral's own state and container-runtime sockets (§2.7, §2.8).
+    pub masked_paths: Vec<PathBuf>,
+    /// The uid/gid/groups to run as; `None` keeps the daemon's own identity.
+    pub identity: Option<Identity>,
+    pub limits: ResourceLimits,
+    /// Requested writable roots that did not exist and were skipped (spec/sandbox.md §2.2); listed
+    /// in the `OpenSession` response and the audit log. Informational: no layer reads it.
+    #[serde(default)]
+    pub skipped_roots: Vec<PathBuf>,
+}

@@ -1,0 +1,652 @@
+//! Writable roots and protected paths: turning a session's parameters into the effective
+//! [`SandboxPolicy`] (spec/sandbox.md §2.2 and §2.3).
+//!
+//! This runs in the daemon at `OpenSession`, before any worker exists, so every refusal here is a
+//! clean error returned to the client (never a panic, never a half-built sandbox). The worker later
+//! trusts the lists computed here: `writable_roots` are bound read-write, `protected_paths` are
+//! bound read-only on top of them, and `protected_missing` feeds the creation watcher (§3.3).
+
+use crate::sandbox::policy::{Identity, Mode, ResourceLimits, SandboxPolicy};
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// The names protected at the top of every writable root (spec/sandbox.md §9).
+pub const PROTECTED_NAMES: [&str; 3] = [".git", ".codex", ".agents"];
+
+/// Symlink hops followed before giving up (the kernel's own limit is 40).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// What a client asked for when opening a session (spec/sandbox.md §1), plus the daemon-supplied
+/// parts (mask list, identity, limits) that pass through unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionParams {
+    pub mode: Mode,
+    pub cwd: PathBuf,
+    pub writable_roots: Vec<PathBuf>,
+    pub network_access: bool,
+    pub exclude_tmpdir_env_var: bool,
+    pub exclude_slash_tmp: bool,
+    /// The environment commands receive; `TMPDIR` is read from here, never from the daemon's own.
+    pub env: Vec<(String, String)>,
+    pub masked_paths: Vec<PathBuf>,
+    pub identity: Option<Identity>,
+    pub limits: ResourceLimits,
+}
+
+/// Why a policy could not be built. Every variant is a client-visible refusal of `OpenSession`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyError {
+    /// The cwd does not exist or cannot be resolved (`INVALID_ARGUMENT`).
+    Cwd { path: PathBuf, cause: String },
+    /// A writable root exists but cannot be used (not a directory, unreadable, ...).
+    InvalidRoot { path: PathBuf, cause: String },
+    /// A protected path reaches, through a symlink, somewhere the sandbox can write, so a
+    /// read-only mount could be sidestepped by swapping the link (§2.3).
+    WritableSymlink { path: PathBuf, symlink: PathBuf },
+    /// A protected path or `.git` file could not be inspected.
+    Inspect { path: PathBuf, cause: String },
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::Cwd { path, cause } => {
+                write!(f, "cwd {} is not usable: {cause}", path.display())
+            }
+            PolicyError::InvalidRoot { path, cause } => {
+                write!(f, "writable root {} is not usable: {cause}", path.display())
+            }
+            PolicyError::WritableSymlink { path, symlink } => write!(
+                f,
+                "cannot enforce sandbox read-only path {} because it crosses writable symlink {}",
+                path.display(),
+                symlink.display()
+            ),
+            PolicyError::Inspect { path, cause } => {
+                write!(
+                    f,
+                    "cannot inspect protected path {}: {cause}",
+                    path.display()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// Computes the effective policy (spec/sandbox.md §2.2, §2.3).
+///
+/// Requested roots that do not exist are skipped and listed in `SandboxPolicy::skipped_roots`.
+pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError> {
+    let cwd = std::fs::canonicalize(&params.cwd).map_err(|e| PolicyError::Cwd {
+        path: params.cwd.clone(),
+        cause: e.to_string(),
+    })?;
+    if !cwd.is_dir() {
+        return Err(PolicyError::Cwd {
+            path: params.cwd.clone(),
+            cause: "not a directory".into(),
+        });
+    }
+
+    let mut policy = SandboxPolicy {
+        mode: params.mode,
+        cwd: cwd.clone(),
+        writable_roots: Vec::new(),
+        protected_paths: Vec::new(),
+        protected_missing: Vec::new(),
+        // DFA always has the host network (§2.1).
+        network: params.mode == Mode::DangerFullAccess || params.network_access,
+        masked_paths: dedup(params.masked_paths.clone()),
+        identity: params.identity.clone(),
+        limits: params.limits.clone(),
+        skipped_roots: Vec::new(),
+    };
+
+    // RO and DFA have no writable roots, hence nothing to protect inside them.
+    if params.mode != Mode::WorkspaceWrite {
+        return Ok(policy);
+    }
+
+    let (roots, skipped) = writable_roots(params, &cwd)?;
+    let (protected, missing) = protected_paths(&roots)?;
+    policy.writable_roots = roots;
+    policy.skipped_roots = skipped;
+    policy.protected_paths = protected;
+    policy.protected_missing = missing;
+    Ok(policy)
+}
+
+/// The candidate roots in the order of §2.2, canonicalised and deduplicated; missing ones are
+/// returned separately so the daemon can report them.
+fn writable_roots(
+    params: &SessionParams,
+    cwd: &Path,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
+    let mut candidates: Vec<PathBuf> = params
+        .writable_roots
+        .iter()
+        // A relative root can only sensibly mean "relative to the session's cwd".
+        .map(|r| {
+            if r.is_absolute() {
+                r.clone()
+            } else {
+                cwd.join(r)
+            }
+        })
+        .collect();
+    candidates.push(cwd.to_path_buf());
+    if !params.exclude_slash_tmp && Path::new("/tmp").is_dir() {
+        candidates.push(PathBuf::from("/tmp"));
+    }
+    if !params.exclude_tmpdir_env_var {
+        // The last assignment wins, as it would for the command's own getenv.
+        let tmpdir = params
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "TMPDIR")
+            .map(|(_, v)| v.as_str());
+        if let Some(dir) = tmpdir.filter(|d| !d.is_empty())
+            && Path::new(dir).is_dir()
+        {
+            candidates.push(PathBuf::from(dir));
+        }
+    }
+
+    let mut roots = Vec::new();
+    let mut skipped = Vec::new();
+    let mut seen = HashSet::new();
+    for candidate in candidates {
+        let canonical = match std::fs::canonicalize(&candidate) {
+            Ok(c) => c,
+            // A missing directory grants nothing; skip it but say so (§2.2).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if !skipped.contains(&candidate) {
+                    skipped.push(candidate);
+                }
+                continue;
+            }
+            Err(e) => {
+                return Err(PolicyError::InvalidRoot {
+                    path: candidate,
+                    cause: e.to_string(),
+                });
+            }
+        };
+        if !canonical.is_dir() {
+            return Err(PolicyError::InvalidRoot {
+                path: candidate,
+                cause: "not a directory".into(),
+            });
+        }
+        if seen.insert(canonical.clone()) {
+            roots.push(canonical);
+        }
+    }
+    Ok((roots, skipped))
+}
+
+/// Existing and missing protected paths for every root (§2.3).
+fn protected_paths(roots: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
+    let mut protected = Vec::new();
+    let mut missing = Vec::new();
+    for root in roots {
+        for name in PROTECTED_NAMES {
+            let path = root.join(name);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    missing.push(path);
+                    continue;
+                }
+                Err(e) => return Err(inspect(&path, e)),
+            };
+            if meta.file_type().is_symlink() {
+                // A link whose target the sandbox can write (or re-point) cannot be protected by
+                // a mount made before the command runs. One pointing outside every root needs
+                // nothing: its target is read-only anyway.
+                check_symlink(&path, &path, roots)?;
+                continue;
+            }
+            protected.push(path.clone());
+            if name == ".git" && meta.is_file() {
+                protected.extend(gitdir_paths(root, &path, roots)?);
+            }
+        }
+    }
+
+    // Explicit override: a protected path that is itself a writable root stays writable. (A root
+    // nested inside a protected path is handled by the mount order in namespaces.rs.)
+    let root_set: HashSet<&PathBuf> = roots.iter().collect();
+    protected.retain(|p| !root_set.contains(p));
+    Ok((dedup(protected), dedup(missing)))
+}
+
+/// For a `.git` file (`gitdir: <path>`), the resolved gitdir and its `commondir`, when they exist.
+fn gitdir_paths(
+    root: &Path,
+    git_file: &Path,
+    roots: &[PathBuf],
+) -> Result<Vec<PathBuf>, PolicyError> {
+    let content = std::fs::read_to_string(git_file).map_err(|e| inspect(git_file, e))?;
+    let Some(target) = content
+        .lines()
+        .find_map(|l| l.strip_prefix("gitdir:"))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    else {
+        // Not a gitdir pointer: the file itself is protected, and there is nothing more.
+        return Ok(Vec::new());
+    };
+
+    let mut out = Vec::new();
+    let Some(gitdir) = resolve_checked(root, Path::new(target), roots)? else {
+        // A dangling gitdir holds nothing to protect.
+        return Ok(out);
+    };
+    out.push(gitdir.clone());
+
+    // Hooks and config of a linked worktree live in the common directory (§2.3).
+    let commondir_file = gitdir.join("commondir");
+    match std::fs::read_to_string(&commondir_file) {
+        Ok(text) => {
+            let common = text.trim();
+            if !common.is_empty()
+                && let Some(dir) = resolve_checked(&gitdir, Path::new(common), roots)?
+            {
+                out.push(dir);
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(inspect(&commondir_file, e)),
+    }
+    Ok(out)
+}
+
+/// Resolves `rel` against the canonical directory `base` one component at a time, refusing any
+/// symlink on the way whose target lies inside a writable root. Returns the canonical path, or
+/// `None` when it does not exist.
+fn resolve_checked(
+    base: &Path,
+    rel: &Path,
+    roots: &[PathBuf],
+) -> Result<Option<PathBuf>, PolicyError> {
+    let requested = base.join(rel);
+    let mut current = if rel.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        base.to_path_buf()
+    };
+    for component in rel.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+            // `current` is canonical, so popping is exact.
+            Component::ParentDir => {
+                current.pop();
+            }
+            Component::Normal(name) => {
+                let next = current.join(name);
+                let meta = match std::fs::symlink_metadata(&next) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(inspect(&next, e)),
+                };
+                if meta.file_type().is_symlink() {
+                    check_symlink(&requested, &next, roots)?;
+                    current = match std::fs::canonicalize(&next) {
+                        Ok(c) => c,
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                        Err(e) => return Err(inspect(&next, e)),
+                    };
+                } else {
+                    current = next;
+                }
+            }
+        }
+    }
+    Ok(Some(current))
+}
+
+/// Follows the symlink `link` hop by hop; if any hop (or the final target) lies inside a writable
+/// root, the protection of `protected` could be sidestepped and the session is refused.
+fn check_symlink(protected: &Path, link: &Path, roots: &[PathBuf]) -> Result<(), PolicyError> {
+    let refuse = || PolicyError::WritableSymlink {
+        path: protected.to_path_buf(),
+        symlink: link.to_path_buf(),
+    };
+    let mut at = link.to_path_buf();
+    for _ in 0..MAX_SYMLINK_HOPS {
+        let target = std::fs::read_link(&at).map_err(|e| inspect(&at, e))?;
+        let parent = at.parent().unwrap_or(Path::new("/"));
+        let lexical = normalize(&parent.join(&target));
+        // Check both the literal and the resolved location: a directory symlink in the target's
+        // own path could lead into a root either way.
+        let resolved = canonicalize_lenient(&lexical);
+        if inside_any(&lexical, roots) || inside_any(&resolved, roots) {
+            return Err(refuse());
+        }
+        match std::fs::symlink_metadata(&resolved) {
+            Ok(m) if m.file_type().is_symlink() => at = resolved,
+            _ => return Ok(()),
+        }
+    }
+    // A loop this long is either malicious or broken; neither can be protected.
+    Err(refuse())
+}
+
+fn inside_any(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| path.starts_with(r))
+}
+
+/// Lexically removes `.` and `..` (used only for symlink targets before they are resolved).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(n) => out.push(n),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Canonicalises the longest existing ancestor of `path` and appends the rest, so a dangling
+/// target still yields the place the sandbox could create it.
+fn canonicalize_lenient(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        // The last component is resolved too (canonicalize follows it), which is what we want
+        // for the "final target" check.
+        if let Ok(c) = std::fs::canonicalize(&existing) {
+            let mut out = c;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (
+            existing.file_name().map(|n| n.to_os_string()),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+fn inspect(path: &Path, e: io::Error) -> PolicyError {
+    PolicyError::Inspect {
+        path: path.to_path_buf(),
+        cause: e.to_string(),
+    }
+}
+
+fn dedup(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    paths
+        .into_iter()
+        .filter(|p| seen.insert(p.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fresh scratch directory, canonical, removed on drop.
+    struct Scratch(PathBuf);
+    impl Scratch {
+        fn new() -> Self {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let p = std::env::temp_dir().join(format!(
+                "corral-roots-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::SeqCst)
+            ));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Scratch(std::fs::canonicalize(&p).unwrap())
+        }
+        fn dir(&self, rel: &str) -> PathBuf {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(&p).unwrap();
+            p
+        }
+    }
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn params(cwd: &Path) -> SessionParams {
+        SessionParams {
+            mode: Mode::WorkspaceWrite,
+            cwd: cwd.to_path_buf(),
+            writable_roots: Vec::new(),
+            network_access: false,
+            exclude_tmpdir_env_var: false,
+            exclude_slash_tmp: true,
+            env: Vec::new(),
+            masked_paths: Vec::new(),
+            identity: None,
+            limits: ResourceLimits::default(),
+        }
+    }
+
+    #[test]
+    fn roots_are_ordered_canonical_and_deduplicated() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let extra = s.dir("extra");
+        let tmpdir = s.dir("tmpdir");
+        symlink(&extra, s.0.join("extra-link")).unwrap();
+        let mut p = params(&cwd);
+        p.exclude_slash_tmp = false;
+        // The link and a `..` spelling both canonicalise to `extra`; cwd listed explicitly too.
+        p.writable_roots = vec![s.0.join("extra-link"), cwd.join("../extra"), cwd.clone()];
+        p.env = vec![("TMPDIR".into(), tmpdir.to_string_lossy().into_owned())];
+        let policy = build_policy(&p).unwrap();
+        let tmp = std::fs::canonicalize("/tmp").unwrap();
+        assert_eq!(policy.writable_roots, vec![extra, cwd.clone(), tmp, tmpdir]);
+        assert!(policy.skipped_roots.is_empty());
+        assert_eq!(policy.cwd, cwd);
+        assert!(!policy.network);
+    }
+
+    #[test]
+    fn exclusions_and_empty_tmpdir() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let tmpdir = s.dir("tmpdir");
+        let mut p = params(&cwd);
+        p.exclude_slash_tmp = true;
+        p.exclude_tmpdir_env_var = true;
+        p.env = vec![("TMPDIR".into(), tmpdir.to_string_lossy().into_owned())];
+        assert_eq!(build_policy(&p).unwrap().writable_roots, vec![cwd.clone()]);
+        p.exclude_tmpdir_env_var = false;
+        p.env = vec![("TMPDIR".into(), String::new())];
+        assert_eq!(build_policy(&p).unwrap().writable_roots, vec![cwd.clone()]);
+        // A TMPDIR that is not a directory is ignored, not skipped (§2.2 item 4).
+        p.env = vec![(
+            "TMPDIR".into(),
+            s.0.join("nope").to_string_lossy().into_owned(),
+        )];
+        let policy = build_policy(&p).unwrap();
+        assert_eq!(policy.writable_roots, vec![cwd]);
+        assert!(policy.skipped_roots.is_empty());
+    }
+
+    #[test]
+    fn missing_root_is_skipped_and_reported() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let existing = s.dir("existing");
+        let missing = s.0.join("missing");
+        let mut p = params(&cwd);
+        p.writable_roots = vec![existing.clone(), missing.clone()];
+        let policy = build_policy(&p).unwrap();
+        assert_eq!(policy.writable_roots, vec![existing, cwd]);
+        assert_eq!(policy.skipped_roots, vec![missing]);
+    }
+
+    #[test]
+    fn missing_cwd_is_an_error() {
+        let s = Scratch::new();
+        let err = build_policy(&params(&s.0.join("nope"))).unwrap_err();
+        assert!(matches!(err, PolicyError::Cwd { .. }), "{err}");
+    }
+
+    #[test]
+    fn read_only_and_full_access_have_no_roots() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        s.dir("cwd/.git");
+        let mut p = params(&cwd);
+        p.writable_roots = vec![s.dir("extra")];
+        for (mode, network) in [(Mode::ReadOnly, false), (Mode::DangerFullAccess, true)] {
+            p.mode = mode;
+            let policy = build_policy(&p).unwrap();
+            assert!(policy.writable_roots.is_empty());
+            assert!(policy.protected_paths.is_empty());
+            assert!(policy.protected_missing.is_empty());
+            assert_eq!(policy.network, network);
+        }
+    }
+
+    #[test]
+    fn protected_and_missing_names() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        s.dir("cwd/.git/hooks");
+        std::fs::write(cwd.join(".codex"), "x").unwrap();
+        // Nested repositories are ordinary content.
+        s.dir("cwd/vendor/x/.git");
+        let policy = build_policy(&params(&cwd)).unwrap();
+        assert_eq!(
+            policy.protected_paths,
+            vec![cwd.join(".git"), cwd.join(".codex")]
+        );
+        assert_eq!(policy.protected_missing, vec![cwd.join(".agents")]);
+    }
+
+    #[test]
+    fn gitdir_file_and_commondir_are_protected() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let main_git = s.dir("main/.git");
+        let wt = s.dir("main/.git/worktrees/wt");
+        std::fs::write(wt.join("commondir"), "../..\n").unwrap();
+        // Relative gitdir, resolved against the root.
+        std::fs::write(cwd.join(".git"), "gitdir: ../main/.git/worktrees/wt\n").unwrap();
+        let policy = build_policy(&params(&cwd)).unwrap();
+        assert_eq!(
+            policy.protected_paths,
+            vec![cwd.join(".git"), wt.clone(), main_git.clone()]
+        );
+        // Absolute gitdir without commondir.
+        std::fs::remove_file(wt.join("commondir")).unwrap();
+        std::fs::write(cwd.join(".git"), format!("gitdir: {}\n", wt.display())).unwrap();
+        let policy = build_policy(&params(&cwd)).unwrap();
+        assert_eq!(policy.protected_paths, vec![cwd.join(".git"), wt]);
+    }
+
+    #[test]
+    fn symlinked_codex_into_root_is_refused() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        s.dir("cwd/decoy");
+        symlink("decoy", cwd.join(".codex")).unwrap();
+        let err = build_policy(&params(&cwd)).unwrap_err();
+        let path = cwd.join(".codex");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot enforce sandbox read-only path {} because it crosses writable symlink {}",
+                path.display(),
+                path.display()
+            )
+        );
+        // Dangling into the root is just as swappable.
+        std::fs::remove_dir(cwd.join("decoy")).unwrap();
+        assert!(matches!(
+            build_policy(&params(&cwd)),
+            Err(PolicyError::WritableSymlink { .. })
+        ));
+    }
+
+    #[test]
+    fn symlink_outside_roots_needs_nothing() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let outside = s.dir("outside-codex");
+        symlink(&outside, cwd.join(".codex")).unwrap();
+        let policy = build_policy(&params(&cwd)).unwrap();
+        assert!(policy.protected_paths.is_empty());
+        assert_eq!(
+            policy.protected_missing,
+            vec![cwd.join(".git"), cwd.join(".agents")]
+        );
+        // ...unless a later hop leads back into a root.
+        let other = s.dir("other");
+        std::fs::remove_dir(&outside).unwrap();
+        symlink(other.join("target"), &outside).unwrap();
+        let mut p = params(&cwd);
+        p.writable_roots = vec![other];
+        assert!(matches!(
+            build_policy(&p),
+            Err(PolicyError::WritableSymlink { .. })
+        ));
+    }
+
+    #[test]
+    fn gitdir_through_writable_symlink_is_refused() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let r2 = s.dir("r2");
+        s.dir("r2/real/wt");
+        // `outside/link` is not in a root, but points into r2, which is.
+        s.dir("outside");
+        symlink(r2.join("real"), s.0.join("outside/link")).unwrap();
+        std::fs::write(
+            cwd.join(".git"),
+            format!("gitdir: {}\n", s.0.join("outside/link/wt").display()),
+        )
+        .unwrap();
+        let mut p = params(&cwd);
+        p.writable_roots = vec![r2];
+        match build_policy(&p) {
+            Err(PolicyError::WritableSymlink { path, symlink }) => {
+                assert_eq!(path, s.0.join("outside/link/wt"));
+                assert_eq!(symlink, s.0.join("outside/link"));
+            }
+            other => panic!("expected a symlink refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn explicit_root_overrides_protection() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let git = s.dir("cwd/.git");
+        let wt = s.dir("cwd/.git/worktrees/wt");
+        let mut p = params(&cwd);
+        p.writable_roots = vec![git.clone(), wt.clone()];
+        let policy = build_policy(&p).unwrap();
+        assert_eq!(policy.writable_roots, vec![git.clone(), wt, cwd.clone()]);
+        // `.git` is a root itself, so it is not re-protected.
+        assert!(!policy.protected_paths.contains(&git));
+        assert!(policy.protected_missing.contains(&cwd.join(".codex")));
+    }
+}

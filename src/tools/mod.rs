@@ -1,0 +1,97 @@
+//! The agent tools, as plain Rust: arguments in, structured results and model-facing text out.
+//!
+//! This module knows nothing of gRPC or of sandboxing. It is run inside a confined worker; the
+//! sandbox, not this code, is what bounds the damage a bug here could do. Every tool follows the
+//! same shape (one file per tool): parse arguments → validate → act → format.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The class of a tool failure; the daemon maps it to a gRPC status code (spec/tools.md §0.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad arguments: parse errors, `offset must be…`, invalid regex, invalid patch.
+    InvalidArgument,
+    /// The path (or process) does not exist.
+    NotFound,
+    /// Rejected by the mode, the policy or file permissions.
+    PermissionDenied,
+    /// A tool's own time limit expired.
+    DeadlineExceeded,
+    /// Any other I/O failure.
+    Internal,
+}
+
+/// A tool failure. `message` is the exact model-facing text (spec/tools.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// An I/O failure with the model text `{prefix}{io error Display}`; the kind follows the error.
+    pub fn io(prefix: &str, err: &io::Error) -> Self {
+        Self::new(kind_of_io(err), format!("{prefix}{err}"))
+    }
+
+    /// `failed to parse function arguments: {serde error}` (spec/tools.md §0.3).
+    pub fn parse(err: &serde_json::Error) -> Self {
+        Self::invalid(format!("failed to parse function arguments: {err}"))
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// The error class of an I/O error.
+pub fn kind_of_io(err: &io::Error) -> ErrorKind {
+    match err.kind() {
+        io::ErrorKind::NotFound => ErrorKind::NotFound,
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            ErrorKind::PermissionDenied
+        }
+        _ => ErrorKind::Internal,
+    }
+}
+
+/// Resolves a path argument against the session's working directory (spec/tools.md §0.4): an
+/// absolute path is kept, a relative one is joined to `cwd`, with no normalisation of `.`/`..`
+/// and no symlink resolution.
+pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
+    cwd.join(path)
+}
+
+/// Cuts `s` to at most `max` bytes, moved back to a UTF-8 character boundary (no marker).
+pub fn truncate_to_char_boundary(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+mod context;
+pub mod list_dir;
+pub mod read_file;
+
+pub use context::ToolContext;

@@ -1,0 +1,162 @@
+//! Test harness: a real `corral serve` on a temporary Unix socket, and gRPC clients for it.
+#![allow(dead_code)]
+
+use corral::api::{
+    self, bridge_client::BridgeClient, sessions_client::SessionsClient, tools_client::ToolsClient,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+
+pub const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
+
+/// A running daemon; SIGTERMed and reaped on drop.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `corral serve` with extra flags and waits until it answers.
+    pub async fn start(extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("corral.sock");
+        let log = dir.path().join("daemon.log");
+        let child = Command::new(CORRAL)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn corral serve");
+        let daemon = Daemon {
+            child: Some(child),
+            dir,
+            socket,
+            log,
+        };
+        daemon.wait_ready().await;
+        daemon
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.socket.exists() && corral::client::connect(self.target()).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("daemon did not start; log:\n{}", self.log_text());
+    }
+
+    pub fn target(&self) -> &str {
+        self.socket.to_str().expect("utf-8 socket path")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub async fn channel(&self) -> Channel {
+        corral::client::connect(self.target())
+            .await
+            .expect("connect")
+    }
+
+    pub async fn sessions(&self) -> SessionsClient<Channel> {
+        SessionsClient::new(self.channel().await)
+    }
+
+    pub async fn tools(&self) -> ToolsClient<Channel> {
+        ToolsClient::new(self.channel().await)
+    }
+
+    pub async fn bridge(&self) -> BridgeClient<Channel> {
+        BridgeClient::new(self.channel().await)
+    }
+
+    /// Opens a session and returns its id.
+    pub async fn open(&self, cwd: &Path, mode: api::SandboxMode) -> String {
+        self.open_with(api::OpenSessionRequest {
+            cwd: cwd.to_string_lossy().into_owned(),
+            mode: mode as i32,
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn open_with(&self, req: api::OpenSessionRequest) -> String {
+        self.sessions()
+            .await
+            .open_session(req)
+            .await
+            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
+            .into_inner()
+            .session_id
+    }
+
+    /// Runs a bridge call and returns (output, success).
+    pub async fn invoke(&self, session: &str, name: &str, arguments: &str) -> (String, bool) {
+        let r = self
+            .bridge()
+            .await
+            .invoke(api::InvokeRequest {
+                session_id: session.into(),
+                name: name.into(),
+                arguments: arguments.into(),
+                call_id: "call_1".into(),
+                freeform: false,
+            })
+            .await
+            .unwrap_or_else(|s| panic!("invoke: {s:?}"))
+            .into_inner();
+        assert_eq!(r.call_id, "call_1");
+        (r.output, r.success)
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        child.wait().expect("wait")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A scratch directory outside any git repository.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
