@@ -24,12 +24,18 @@ enum Command {
     Serve(ServeArgs),
     #[command(flatten)]
     Client(ClientCommand),
+    /// Internal: the confined sandbox worker the daemon starts.
+    #[command(name = "__worker", hide = true)]
+    Worker { spec: String },
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Worker { spec } => {
+            std::process::ExitCode::from(corral::worker::serve::worker_main(&spec) as u8)
+        }
         Command::Client(cmd) => {
             let common = cli.common;
             let rt = match tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,7 @@
 //! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
 //! win over the file, the file over the defaults.
 
+use crate::sandbox::report::Layer;
 use clap::Args;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -84,6 +85,10 @@ pub struct ServeArgs {
     /// Seconds in-flight calls get to finish after SIGTERM/SIGINT before they are cancelled.
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<u64>,
+    /// Sandbox layers that may be missing on this host (degraded mode): namespaces, identity,
+    /// landlock, seccomp. Sandboxed calls otherwise fail closed when one cannot be applied.
+    #[arg(long, value_name = "LAYER", value_delimiter = ',')]
+    pub allow_degraded: Option<Vec<String>>,
 }
 
 /// The config file's keys (all optional).
@@ -97,6 +102,7 @@ struct FileConfig {
     session_idle_timeout: Option<u64>,
     max_sessions: Option<u64>,
     shutdown_grace: Option<u64>,
+    allow_degraded: Option<Vec<String>>,
 }
 
 /// The effective configuration.
@@ -109,9 +115,28 @@ pub struct Config {
     pub session_idle_timeout: Duration,
     pub max_sessions: usize,
     pub shutdown_grace: Duration,
+    /// Layers allowed to be missing (explicit operator choice).
+    pub degraded_layers: Vec<Layer>,
+    /// The config file, if any (part of corral's own state, hidden from sandboxes).
+    pub config_file: Option<PathBuf>,
 }
 
 impl Config {
+    /// corral's own state: the socket's directory and the config file. Masked in every sandbox;
+    /// no writable root may contain it (spec/sandbox.md §2.2, §2.8).
+    pub fn state_paths(&self) -> Vec<PathBuf> {
+        let mut paths = Vec::new();
+        if let ListenAddr::Unix(socket) = &self.listen
+            && let Some(dir) = socket.parent()
+        {
+            paths.push(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
+        }
+        if let Some(file) = &self.config_file {
+            paths.push(std::fs::canonicalize(file).unwrap_or_else(|_| file.clone()));
+        }
+        paths
+    }
+
     /// Defaults ← config file ← flags. Errors name the file and the key.
     pub fn load(args: &ServeArgs) -> Result<Config, String> {
         let file = match &args.config {
@@ -151,7 +176,28 @@ impl Config {
         if idle == 0 {
             return Err("session_idle_timeout must be greater than zero".into());
         }
+        let mut degraded_layers = Vec::new();
+        for name in args
+            .allow_degraded
+            .clone()
+            .or(file.allow_degraded)
+            .unwrap_or_default()
+        {
+            let layer = Layer::ORDER
+                .into_iter()
+                .find(|l| l.as_str() == name)
+                .filter(|l| l.can_be_degraded())
+                .ok_or_else(|| {
+                    format!(
+                        "allow_degraded: `{name}` is not a layer that may be degraded \
+                         (namespaces, identity, landlock, seccomp)"
+                    )
+                })?;
+            degraded_layers.push(layer);
+        }
         Ok(Config {
+            degraded_layers,
+            config_file: args.config.clone(),
             listen,
             socket_mode,
             log_format: args

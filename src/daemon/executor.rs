@@ -1,27 +1,145 @@
-//! Runs a session's calls. Every call goes through here, so where tools run (in a confined
-//! worker) is decided in one place.
+//! Where calls run: every session's calls go to the confined worker of its effective policy.
+//! The daemon itself never touches user files.
 
+use crate::daemon::pool::WorkerPool;
 use crate::daemon::sessions::Session;
-use crate::tools::ToolContext;
-use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
-use crate::worker::dispatch;
+use crate::sandbox::policy::{ResourceLimits, SandboxPolicy};
+use crate::sandbox::report::Layer;
+use crate::sandbox::roots::{PolicyError, SessionParams, build_policy};
+use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
+use std::path::PathBuf;
+use tonic::Status;
+
+/// Container-runtime sockets hidden from every sandbox: a reachable runtime socket is root on the
+/// host (spec/sandbox.md §2.7).
+pub const RUNTIME_SOCKETS: &[&str] = &[
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+];
 
 /// Runs calls for sessions.
-#[derive(Clone, Default)]
-pub struct Executor {}
+#[derive(Clone)]
+pub struct Executor {
+    pool: WorkerPool,
+    /// corral's own state and the runtime sockets: masked in every sandboxed worker.
+    masked_paths: Vec<PathBuf>,
+    /// corral's own state: no writable root may contain it.
+    state_paths: Vec<PathBuf>,
+}
 
 impl Executor {
-    pub fn new() -> Self {
-        Self {}
+    pub fn new(degraded: Vec<Layer>, state_paths: Vec<PathBuf>) -> Self {
+        let mut masked_paths = state_paths.clone();
+        masked_paths.extend(RUNTIME_SOCKETS.iter().map(PathBuf::from));
+        Self {
+            pool: WorkerPool::new(degraded),
+            masked_paths,
+            state_paths,
+        }
     }
 
-    /// Runs one call to completion on a blocking thread.
-    pub async fn call(&self, session: &Session, call: Call) -> Result<Reply, tonic::Status> {
-        let ctx = ToolContext {
+    pub fn pool(&self) -> &WorkerPool {
+        &self.pool
+    }
+
+    /// The effective policy of a new session (spec/sandbox.md §2.2–2.3).
+    pub fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
+        let params = SessionParams {
+            mode: session.mode,
             cwd: session.cwd.clone(),
+            writable_roots: session.writable_roots.clone(),
+            network_access: session.network_access,
+            exclude_tmpdir_env_var: session.exclude_tmpdir_env_var,
+            exclude_slash_tmp: session.exclude_slash_tmp,
+            env: session
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            masked_paths: self.masked_paths.clone(),
+            identity: None,
+            limits: ResourceLimits::default(),
         };
-        tokio::task::spawn_blocking(move || dispatch::execute(&ctx, call))
-            .await
-            .map_err(|e| tonic::Status::internal(format!("tool call failed: {e}")))
+        let policy = build_policy(&params).map_err(|e| match e {
+            PolicyError::Cwd { .. } | PolicyError::InvalidRoot { .. } => {
+                Status::invalid_argument(e.to_string())
+            }
+            PolicyError::WritableSymlink { .. } | PolicyError::Inspect { .. } => {
+                Status::failed_precondition(e.to_string())
+            }
+        })?;
+        for root in &policy.writable_roots {
+            if let Some(state) = self.state_paths.iter().find(|s| s.starts_with(root)) {
+                return Err(Status::invalid_argument(format!(
+                    "writable root {} contains corral's own state ({}); choose a narrower root \
+                     or exclude it (exclude_slash_tmp / exclude_tmpdir_env_var)",
+                    root.display(),
+                    state.display()
+                )));
+            }
+        }
+        Ok(policy)
+    }
+
+    /// Builds a throw-away read-only worker to learn which layers this host enforces.
+    pub async fn probe(&self) -> Result<Vec<crate::api::Layer>, String> {
+        let session = Session {
+            id: String::new(),
+            cwd: PathBuf::from("/"),
+            mode: crate::sandbox::policy::Mode::ReadOnly,
+            writable_roots: Vec::new(),
+            network_access: false,
+            exclude_tmpdir_env_var: true,
+            exclude_slash_tmp: true,
+            env: Default::default(),
+            policy: None,
+        };
+        let policy = self
+            .policy_for(&session)
+            .map_err(|s| s.message().to_string())?;
+        let worker = crate::daemon::pool::Worker::spawn(&crate::worker::serve::WorkerSpec {
+            policy,
+            degraded: self.pool.degraded().to_vec(),
+        })
+        .await
+        .map_err(|s| s.message().to_string())?;
+        Ok(worker.layers.clone())
+    }
+
+    /// Starts (or joins) the session's worker; fails with FAILED_PRECONDITION when the sandbox
+    /// cannot be set up.
+    pub async fn open(&self, policy: &SandboxPolicy) -> Result<(), Status> {
+        self.pool.acquire(policy).await.map(|_| ())
+    }
+
+    /// The session no longer uses its worker.
+    pub async fn close(&self, session: &Session) {
+        if let Some(policy) = &session.policy {
+            self.pool.release(policy).await;
+        }
+    }
+
+    /// Runs one call in the session's worker.
+    pub async fn call(&self, session: &Session, call: Call) -> Result<Reply, Status> {
+        let policy = session
+            .policy
+            .as_ref()
+            .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+        let worker = self.pool.get(policy).await?;
+        worker.call(context_of(session), call).await
+    }
+}
+
+/// The per-call session facts sent with each call.
+pub fn context_of(session: &Session) -> CallContext {
+    CallContext {
+        cwd: session.cwd.to_string_lossy().into_owned(),
+        env: session
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }

@@ -5,6 +5,7 @@ pub mod config;
 pub mod executor;
 pub mod inflight;
 pub mod listener;
+pub mod pool;
 pub mod server;
 pub mod service;
 pub mod sessions;

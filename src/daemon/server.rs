@@ -12,6 +12,7 @@ use crate::daemon::service::CorralService;
 use crate::daemon::sessions::SessionStore;
 use crate::pb::FILE_DESCRIPTOR_SET;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -21,10 +22,15 @@ use tonic::transport::Server;
 pub async fn serve(config: Config) -> Result<(), String> {
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
+    let executor = Executor::new(config.degraded_layers.clone(), config.state_paths());
+    // Probe the host once: can a read-only sandbox be built here? Its report feeds
+    // GetCapabilities and the health service (spec/sandbox.md §6).
+    let probe = executor.probe().await;
     let service = CorralService {
         sessions: sessions.clone(),
-        executor: Executor::new(),
+        executor: executor.clone(),
         in_flight: in_flight.clone(),
+        host_layers: Arc::new(probe.clone()),
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -57,7 +63,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         .add_service(ToolsServer::new(service.clone()))
         .add_service(BridgeServer::new(service));
 
-    let expiry = tokio::spawn(expire_idle_sessions(sessions));
+    let expiry = tokio::spawn(expire_idle_sessions(sessions, executor.clone()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stopped = async {
         let _ = stop_rx.await;
@@ -144,14 +150,15 @@ async fn wait_for_shutdown_signal(
     }
 }
 
-async fn expire_idle_sessions(sessions: SessionStore) {
+async fn expire_idle_sessions(sessions: SessionStore, executor: Executor) {
     let period =
         (sessions.idle_timeout() / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;
-        for id in sessions.expire_idle() {
-            tracing::info!(session = %id, "session expired after being idle");
+        for session in sessions.expire_idle() {
+            tracing::info!(session = %session.id, "session expired after being idle");
+            executor.close(&session).await;
         }
     }
 }

@@ -17,6 +17,8 @@ pub struct CorralService {
     pub sessions: SessionStore,
     pub executor: Executor,
     pub in_flight: InFlight,
+    /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
+    pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
 }
 
 impl CorralService {
@@ -68,20 +70,33 @@ impl Sessions for CorralService {
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
         session.id = sessions::new_session_id()
             .map_err(|e| Status::internal(format!("cannot draw a random session id: {e}")))?;
-        let writable_roots = session
-            .writable_roots
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect();
-        let session = self.sessions.insert(session).map_err(|e| match e {
-            StoreError::Full(n) => Status::resource_exhausted(format!(
+        let policy = self.executor.policy_for(&session)?;
+        let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
+            v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+        };
+        let writable_roots = paths(&policy.writable_roots);
+        let skipped_writable_roots = paths(&policy.skipped_roots);
+        let full = |n| {
+            Status::resource_exhausted(format!(
                 "too many open sessions ({n}); close sessions you no longer use"
-            )),
-        })?;
+            ))
+        };
+        if self.sessions.len() >= self.sessions.max_sessions() {
+            return Err(full(self.sessions.max_sessions()));
+        }
+        self.executor.open(&policy).await?;
+        session.policy = Some(policy.clone());
+        let session = match self.sessions.insert(session) {
+            Ok(s) => s,
+            Err(StoreError::Full(n)) => {
+                self.executor.pool().release(&policy).await;
+                return Err(full(n));
+            }
+        };
         tracing::info!(session = %session.id, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
         Ok(Response::new(api::OpenSessionResponse {
             session_id: session.id.clone(),
-            skipped_writable_roots: Vec::new(),
+            skipped_writable_roots,
             writable_roots,
         }))
     }
@@ -92,7 +107,9 @@ impl Sessions for CorralService {
     ) -> Result<Response<api::CloseSessionResponse>, Status> {
         let id = request.into_inner().session_id;
         self.session(&id)?;
-        self.sessions.remove(&id);
+        if let Some(session) = self.sessions.remove(&id) {
+            self.executor.close(&session).await;
+        }
         tracing::info!(session = %id, "session closed");
         Ok(Response::new(api::CloseSessionResponse {}))
     }
@@ -105,8 +122,15 @@ impl Sessions for CorralService {
             api_version: "corral.v1".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
             tools: bridge::tool_names().into_iter().map(String::from).collect(),
-            layers: Vec::new(),
-            landlock_abi: 0,
+            layers: match self.host_layers.as_ref() {
+                Ok(layers) => layers.clone(),
+                Err(e) => vec![api::Layer {
+                    name: "sandbox".into(),
+                    status: api::LayerStatus::Unavailable as i32,
+                    detail: e.clone(),
+                }],
+            },
+            landlock_abi: crate::sandbox::landlock::kernel_abi().unwrap_or(0),
             session_idle_timeout_seconds: self.sessions.idle_timeout().as_secs(),
             max_sessions: self.sessions.max_sessions() as u64,
         }))

@@ -1,7 +1,7 @@
 //! The session table: 128-bit random ids, validation of OpenSession's input, idle expiry.
 
 use crate::api;
-use crate::sandbox::policy::Mode;
+use crate::sandbox::policy::{Mode, SandboxPolicy};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -18,6 +18,8 @@ pub struct Session {
     pub exclude_tmpdir_env_var: bool,
     pub exclude_slash_tmp: bool,
     pub env: BTreeMap<String, String>,
+    /// The effective sandbox policy (computed at OpenSession); selects the worker.
+    pub policy: Option<SandboxPolicy>,
 }
 
 /// A rejected OpenSession: the field and the reason (INVALID_ARGUMENT).
@@ -98,6 +100,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        policy: None,
     })
 }
 
@@ -166,12 +169,12 @@ impl SessionStore {
         Ok(session)
     }
 
-    /// The live session with this id, marking it used; `None` if unknown, closed or expired.
+    /// The live session with this id, marking it used; `None` if unknown, closed or expired
+    /// (an expired one is removed by [`SessionStore::expire_idle`], which releases its worker).
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
         let mut table = self.table();
         let entry = table.get_mut(id)?;
         if entry.last_used.elapsed() > self.idle_timeout {
-            table.remove(id);
             return None;
         }
         entry.last_used = Instant::now();
@@ -182,18 +185,18 @@ impl SessionStore {
         self.table().remove(id).map(|e| e.session)
     }
 
-    /// Drops sessions idle longer than the timeout; returns their ids.
-    pub fn expire_idle(&self) -> Vec<String> {
+    /// Drops sessions idle longer than the timeout and returns them.
+    pub fn expire_idle(&self) -> Vec<Arc<Session>> {
         let mut table = self.table();
         let expired: Vec<String> = table
             .iter()
             .filter(|(_, e)| e.last_used.elapsed() > self.idle_timeout)
             .map(|(id, _)| id.clone())
             .collect();
-        for id in &expired {
-            table.remove(id);
-        }
         expired
+            .iter()
+            .filter_map(|id| table.remove(id).map(|e| e.session))
+            .collect()
     }
 
     pub fn len(&self) -> usize {
@@ -268,6 +271,7 @@ mod tests {
         assert!(store.get("a").is_some());
         std::thread::sleep(Duration::from_millis(80));
         assert!(store.get("a").is_none());
+        assert_eq!(store.expire_idle().len(), 1);
         assert!(store.is_empty());
     }
 }

@@ -1,4 +1,20 @@
 //! Confinement of a worker process: the policy (mode → concrete rules) and one module per
 //! layer, each named after what it protects. Knows nothing of tools or gRPC.
+//!
+//! Order of application (spec/sandbox.md §3.1), see `worker::confine`:
+//! namespaces → identity → caps → no_new_privs → landlock → seccomp → limits.
 
+pub mod caps;
+pub mod error;
+pub mod identity;
+pub mod landlock;
+pub mod limits;
+pub mod namespaces;
 pub mod policy;
+pub mod report;
+pub mod roots;
+pub mod seccomp;
+pub mod watcher;
+
+#[cfg(test)]
+mod testutil;

@@ -1,4 +1,8 @@
-//! The worker side: runs tool calls for one session. `dispatch` converts between the wire
-//! messages and the plain-Rust tools (the one place where proto types meet tool types).
+//! The worker side: a re-exec of the corral binary that confines itself, then runs one
+//! policy's tool calls. `dispatch` converts between wire messages and the plain-Rust tools (the
+//! one place where proto types meet tool types); `frame` is the socketpair framing.
 
+pub mod confine;
 pub mod dispatch;
+pub mod frame;
+pub mod serve;

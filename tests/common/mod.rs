@@ -22,7 +22,9 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `corral serve` with extra flags and waits until it answers.
     pub async fn start(extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
+        // The daemon's state (its socket directory) must not lie inside a writable root, and
+        // /tmp is one by default: keep it under the target directory.
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let socket = dir.path().join("corral.sock");
         let log = dir.path().join("daemon.log");
         let child = Command::new(CORRAL)

@@ -1,0 +1,343 @@
+//! Sandbox workers: one confined process per effective policy, spawned on demand, shared by the
+//! sessions with that policy, dropped when the last of them closes, replaced when one dies.
+//!
+//! A worker is a re-exec of this binary (`corral __worker`), so confinement happens in a fresh
+//! single-threaded process (DESIGN.md §1). Calls travel as frames over a socketpair; a worker
+//! that dies fails only the calls in flight on it.
+
+use crate::api;
+use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::report::Layer;
+use crate::wire::{
+    CallContext, WorkerReply, WorkerRequest, worker_reply::Result as Reply, worker_request::Call,
+};
+use crate::worker::frame;
+use crate::worker::serve::{WORKER_FD, WorkerSpec};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// How long a new worker may take to confine itself and say it is ready.
+const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
+
+/// One live worker process.
+pub struct Worker {
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Pending,
+    next_id: AtomicU64,
+    dead: Arc<AtomicBool>,
+    /// What the worker reported about each sandbox layer.
+    pub layers: Vec<api::Layer>,
+    pid: Option<u32>,
+}
+
+impl Worker {
+    /// Spawns and confines a worker; fails with FAILED_PRECONDITION if the sandbox cannot be set up.
+    pub async fn spawn(spec: &WorkerSpec) -> Result<Arc<Worker>, Status> {
+        let spec_json = serde_json::to_string(spec)
+            .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| Status::internal(format!("cannot create the worker socketpair: {e}")))?;
+        let theirs_fd = theirs.as_raw_fd();
+        let mut cmd = tokio::process::Command::new("/proc/self/exe");
+        cmd.arg("__worker")
+            .arg(spec_json)
+            // The daemon's environment (and any secret in it) never reaches the sandbox.
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec we only call dup2/fcntl, which are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if theirs_fd == WORKER_FD {
+                    // dup2 onto itself would keep FD_CLOEXEC set; clear it explicitly.
+                    if libc::fcntl(theirs_fd, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(theirs_fd, WORKER_FD) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
+        drop(theirs);
+        ours.set_nonblocking(true)
+            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
+        let stream = tokio::net::UnixStream::from_std(ours)
+            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
+        let (mut read_half, mut write_half) = stream.into_split();
+
+        let first = tokio::time::timeout(
+            WORKER_READY_TIMEOUT,
+            frame::read_async::<WorkerReply>(&mut read_half),
+        )
+        .await;
+        let layers = match first {
+            Ok(Ok(Some(WorkerReply {
+                result: Some(Reply::Ready(ready)),
+                ..
+            }))) => ready.layers,
+            Ok(Ok(Some(WorkerReply {
+                result: Some(Reply::Failure(f)),
+                ..
+            }))) => {
+                let _ = child.wait().await;
+                return Err(Status::new(
+                    tonic::Code::from(f.code),
+                    setup_message(&f.message),
+                ));
+            }
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                let status = child
+                    .wait()
+                    .await
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                return Err(Status::internal(format!(
+                    "the sandbox worker exited during setup ({status}); see the daemon log"
+                )));
+            }
+            Err(_) => {
+                let _ = child.kill().await;
+                return Err(Status::internal(
+                    "the sandbox worker did not become ready within 20 s; see the daemon log",
+                ));
+            }
+        };
+
+        let pid = child.id();
+        let pending: Pending = Arc::default();
+        let dead = Arc::new(AtomicBool::new(false));
+        let (outgoing, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Some(bytes) = rx.recv().await {
+                if write_half.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+        });
+        {
+            let pending = pending.clone();
+            let dead = dead.clone();
+            tokio::spawn(async move {
+                while let Ok(Some(reply)) = frame::read_async::<WorkerReply>(&mut read_half).await {
+                    let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
+                    let (id, last) = (reply.id, reply.last);
+                    if let Some(tx) = table.get(&id) {
+                        let _ = tx.send(reply);
+                    }
+                    if last {
+                        table.remove(&id);
+                    }
+                }
+                dead.store(true, Ordering::SeqCst);
+                let status = child
+                    .wait()
+                    .await
+                    .map(|s| s.to_string())
+                    .unwrap_or_default();
+                tracing::warn!(status, "sandbox worker exited");
+                // Dropping the senders fails every call in flight on this worker.
+                pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            });
+        }
+        Ok(Arc::new(Worker {
+            outgoing,
+            pending,
+            next_id: AtomicU64::new(1),
+            dead,
+            layers,
+            pid,
+        }))
+    }
+
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Sends a call; replies arrive on the returned receiver (several for a streaming call, the
+    /// final one has `last`). Dropping the returned guard before the end cancels the call.
+    pub fn start(
+        &self,
+        context: CallContext,
+        call: Call,
+    ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), Status> {
+        if self.is_dead() {
+            return Err(worker_died());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        let req = WorkerRequest {
+            id,
+            context: Some(context),
+            call: Some(call),
+        };
+        self.outgoing
+            .send(frame::encode(&req))
+            .map_err(|_| worker_died())?;
+        Ok((
+            CallHandle {
+                id,
+                outgoing: self.outgoing.clone(),
+                finished: false,
+            },
+            rx,
+        ))
+    }
+
+    /// Runs a unary call to completion.
+    pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
+        let (mut handle, mut rx) = self.start(context, call)?;
+        match rx.recv().await {
+            Some(WorkerReply {
+                result: Some(result),
+                ..
+            }) => {
+                handle.finished = true;
+                Ok(result)
+            }
+            Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
+            None => {
+                handle.finished = true;
+                Err(worker_died())
+            }
+        }
+    }
+}
+
+fn worker_died() -> Status {
+    Status::unavailable(
+        "the sandbox worker serving this session exited while the call was in flight; the call \
+         was lost. A new worker is started on the next call; retry it",
+    )
+}
+
+/// The client-facing text of a setup failure: `sandbox unavailable: {layer} could not be
+/// applied: {cause}. {fix}` (spec/sandbox.md §6).
+fn setup_message(message: &str) -> String {
+    match message.strip_prefix(crate::sandbox::error::SETUP_FAILED_PREFIX) {
+        Some(rest) if rest.contains(" could not be applied: ") => {
+            format!("sandbox unavailable: {rest}")
+        }
+        _ => message.to_string(),
+    }
+}
+
+/// An in-flight call: dropping it before the call finished tells the worker to cancel it (kill
+/// its process tree).
+pub struct CallHandle {
+    id: u64,
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    pub finished: bool,
+}
+
+impl Drop for CallHandle {
+    fn drop(&mut self) {
+        if !self.finished {
+            let cancel = WorkerRequest {
+                id: 0,
+                context: None,
+                call: Some(Call::Cancel(self.id)),
+            };
+            let _ = self.outgoing.send(frame::encode(&cancel));
+        }
+    }
+}
+
+/// A worker and the number of sessions using it.
+type PoolEntry = (Arc<Worker>, usize);
+
+/// The workers by policy, with how many sessions use each.
+#[derive(Clone)]
+pub struct WorkerPool {
+    workers: Arc<tokio::sync::Mutex<HashMap<SandboxPolicy, PoolEntry>>>,
+    degraded: Vec<Layer>,
+}
+
+impl WorkerPool {
+    pub fn new(degraded: Vec<Layer>) -> Self {
+        Self {
+            workers: Arc::default(),
+            degraded,
+        }
+    }
+
+    pub fn degraded(&self) -> &[Layer] {
+        &self.degraded
+    }
+
+    /// A session starts using `policy`: make sure a live worker exists for it.
+    pub async fn acquire(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+        let mut workers = self.workers.lock().await;
+        if let Some((worker, users)) = workers.get_mut(policy)
+            && !worker.is_dead()
+        {
+            *users += 1;
+            return Ok(worker.clone());
+        }
+        let users = workers.get(policy).map(|(_, n)| *n).unwrap_or(0);
+        let worker = self.spawn(policy).await?;
+        workers.insert(policy.clone(), (worker.clone(), users + 1));
+        Ok(worker)
+    }
+
+    /// The live worker for `policy`, replacing one that died.
+    pub async fn get(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+        let mut workers = self.workers.lock().await;
+        match workers.get_mut(policy) {
+            Some((worker, _)) if !worker.is_dead() => Ok(worker.clone()),
+            Some(entry) => {
+                tracing::info!(
+                    mode = policy.mode.as_str(),
+                    "replacing a sandbox worker that exited"
+                );
+                entry.0 = self.spawn(policy).await?;
+                Ok(entry.0.clone())
+            }
+            None => {
+                let worker = self.spawn(policy).await?;
+                workers.insert(policy.clone(), (worker.clone(), 1));
+                Ok(worker)
+            }
+        }
+    }
+
+    /// A session stopped using `policy`; the last one out drops the worker (it exits on EOF).
+    pub async fn release(&self, policy: &SandboxPolicy) {
+        let mut workers = self.workers.lock().await;
+        if let Some((_, users)) = workers.get_mut(policy) {
+            *users = users.saturating_sub(1);
+            if *users == 0 {
+                workers.remove(policy);
+            }
+        }
+    }
+
+    async fn spawn(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+        Worker::spawn(&WorkerSpec {
+            policy: policy.clone(),
+            degraded: self.degraded.clone(),
+        })
+        .await
+    }
+}

@@ -1,0 +1,94 @@
+//! The worker's confinement sequence, top to bottom (spec/sandbox.md §3.1). It runs in a fresh,
+//! single-threaded process before the first request is read; each step is one layer module.
+//!
+//! A layer that fails aborts confinement with an error naming it, unless the operator listed it
+//! in `degraded` (and it may be degraded at all): then it is skipped and reported as such.
+
+use crate::sandbox::error::LayerError;
+use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
+use crate::sandbox::{caps, identity, landlock, limits, namespaces, seccomp};
+use std::os::fd::RawFd;
+
+/// Confines the calling process according to `policy`. `keep_fds` survive (the request socket).
+/// Note: in sandboxed modes this forks (the new PID namespace applies to children) and returns
+/// only in the child, which is PID 1 of the namespace.
+pub fn confine(
+    policy: &SandboxPolicy,
+    degraded: &[Layer],
+    keep_fds: &[RawFd],
+) -> Result<Vec<LayerReport>, LayerError> {
+    let mut reports = Vec::new();
+    let sandboxed = policy.mode.is_sandboxed();
+    let mut step =
+        |layer: Layer, apply: &mut dyn FnMut() -> Result<LayerReport, LayerError>| match apply() {
+            Ok(report) => {
+                reports.push(report);
+                Ok(())
+            }
+            Err(err) if layer.can_be_degraded() && degraded.contains(&layer) => {
+                reports.push(LayerReport {
+                    layer,
+                    status: LayerStatus::Degraded,
+                    detail: format!("{err}; without it: {}", layer.lost_when_missing()),
+                    missing: vec![layer.lost_when_missing().to_string()],
+                });
+                Ok(())
+            }
+            Err(err) => Err(err),
+        };
+    let not_applicable = |layer: Layer| LayerReport {
+        layer,
+        status: LayerStatus::NotApplicable,
+        detail: "danger-full-access: not applied".into(),
+        missing: Vec::new(),
+    };
+
+    // 1. Namespaces and the filesystem view, while still privileged.
+    step(Layer::Namespaces, &mut || {
+        namespaces::enter_namespaces(policy)?;
+        Ok(if sandboxed {
+            LayerReport::enforced(Layer::Namespaces, "mount, pid, uts, ipc (and net when off)")
+        } else {
+            not_applicable(Layer::Namespaces)
+        })
+    })?;
+    // 2. Identity: become the session owner. Keep the permitted set across the uid change so the
+    //    capability drop below can still empty the bounding set.
+    step(Layer::Identity, &mut || {
+        if sandboxed {
+            caps::keep_capabilities_across_uid_change()?;
+        }
+        identity::apply_identity(policy)?;
+        Ok(LayerReport::enforced(
+            Layer::Identity,
+            match &policy.identity {
+                Some(id) => format!("uid {} gid {} groups {:?}", id.uid, id.gid, id.groups),
+                None => "the daemon's own identity".to_string(),
+            },
+        ))
+    })?;
+    if sandboxed {
+        // 3. Capabilities: every set emptied, securebits locked, verified.
+        step(Layer::Capabilities, &mut caps::drop_all_capabilities)?;
+        // 4. no_new_privs, before Landlock and seccomp.
+        step(Layer::NoNewPrivs, &mut caps::set_no_new_privs)?;
+        // 5. Landlock.
+        step(Layer::Landlock, &mut || landlock::apply(policy))?;
+        // 6. seccomp, last of the filters: it also forbids what the steps above needed.
+        step(Layer::Seccomp, &mut || seccomp::apply(policy))?;
+    } else {
+        for layer in [
+            Layer::Capabilities,
+            Layer::NoNewPrivs,
+            Layer::Landlock,
+            Layer::Seccomp,
+        ] {
+            reports.push(not_applicable(layer));
+        }
+    }
+    // 7. Resource limits, non-dumpable, inherited descriptors closed.
+    let report = limits::apply(&policy.limits, keep_fds)?;
+    reports.push(report);
+    Ok(reports)
+}

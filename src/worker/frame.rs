@@ -1,0 +1,98 @@
+//! Framing on the worker socketpair: a 4-byte big-endian length, then one protobuf message.
+//! Blocking helpers for the worker, async ones for the daemon.
+
+use prost::Message;
+use std::io::{self, Read, Write};
+
+/// Largest frame accepted: bounded so a confused or hostile peer cannot make us allocate freely.
+pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+
+fn too_large(len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"),
+    )
+}
+
+/// Encodes one frame.
+pub fn encode<M: Message>(msg: &M) -> Vec<u8> {
+    let body = msg.encode_to_vec();
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Reads one frame; `Ok(None)` on a clean end of stream.
+pub fn read_blocking<M: Message + Default>(r: &mut impl Read) -> io::Result<Option<M>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(too_large(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    M::decode(body.as_slice())
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one frame.
+pub fn write_blocking<M: Message>(w: &mut impl Write, msg: &M) -> io::Result<()> {
+    w.write_all(&encode(msg))?;
+    w.flush()
+}
+
+/// Reads one frame asynchronously; `Ok(None)` on a clean end of stream.
+pub async fn read_async<M: Message + Default>(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+) -> io::Result<Option<M>> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(too_large(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    M::decode(body.as_slice())
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{WorkerRequest, worker_request::Call};
+
+    #[test]
+    fn frames_round_trip_and_oversize_is_refused() {
+        let msg = WorkerRequest {
+            id: 7,
+            context: None,
+            call: Some(Call::Cancel(3)),
+        };
+        let mut buf = Vec::new();
+        write_blocking(&mut buf, &msg).unwrap();
+        write_blocking(&mut buf, &msg).unwrap();
+        let mut r = buf.as_slice();
+        assert_eq!(
+            read_blocking::<WorkerRequest>(&mut r).unwrap(),
+            Some(msg.clone())
+        );
+        assert_eq!(read_blocking::<WorkerRequest>(&mut r).unwrap(), Some(msg));
+        assert_eq!(read_blocking::<WorkerRequest>(&mut r).unwrap(), None);
+        let huge = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
+        assert!(read_blocking::<WorkerRequest>(&mut huge.as_slice()).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! The worker process: confine, announce readiness, then serve calls from the daemon over the
+//! inherited socketpair until it closes. Each call runs on its own thread.
+
+use crate::api;
+use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
+use crate::tools::ToolContext;
+use crate::wire::{Ready, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request};
+use crate::worker::{confine, dispatch, frame};
+use std::collections::HashMap;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The descriptor the daemon passes the request socket on.
+pub const WORKER_FD: RawFd = 3;
+
+/// What the daemon tells a new worker (passed as JSON in its arguments).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WorkerSpec {
+    pub policy: SandboxPolicy,
+    /// Layers the operator allows to be missing.
+    pub degraded: Vec<Layer>,
+}
+
+/// Entry point of `corral __worker`; returns the process exit status.
+pub fn worker_main(spec_json: &str) -> i32 {
+    // SAFETY: the daemon placed our end of the socketpair on WORKER_FD; nothing else owns it.
+    let mut socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
+    let spec: WorkerSpec = match serde_json::from_str(spec_json) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = send_failure(
+                &mut socket,
+                tonic::Code::Internal,
+                format!("bad worker spec: {e}"),
+            );
+            return 70;
+        }
+    };
+    // Confinement closes every other descriptor, so no second handle on the socket exists yet.
+    let reports = match confine::confine(&spec.policy, &spec.degraded, &[0, 1, 2, WORKER_FD]) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = send_failure(&mut socket, tonic::Code::FailedPrecondition, e.message);
+            return 71;
+        }
+    };
+    let mut writer = match socket.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("corral worker: cannot use the request socket: {e}");
+            return 70;
+        }
+    };
+    let ready = WorkerReply {
+        id: 0,
+        last: true,
+        result: Some(worker_reply::Result::Ready(Ready {
+            layers: reports.iter().map(layer_to_api).collect(),
+        })),
+    };
+    if frame::write_blocking(&mut writer, &ready).is_err() {
+        return 0;
+    }
+    serve(socket, writer, spec.policy.cwd.clone());
+    0
+}
+
+fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::io::Result<()> {
+    frame::write_blocking(
+        w,
+        &WorkerReply {
+            id: 0,
+            last: true,
+            result: Some(worker_reply::Result::Failure(ToolFailure {
+                code: code as i32,
+                message,
+            })),
+        },
+    )
+}
+
+/// A layer report in the API's terms.
+pub fn layer_to_api(r: &LayerReport) -> api::Layer {
+    let status = match r.status {
+        LayerStatus::Enforced | LayerStatus::PartiallyEnforced => api::LayerStatus::Enforced,
+        LayerStatus::Degraded => api::LayerStatus::Degraded,
+        LayerStatus::NotApplicable => api::LayerStatus::Unspecified,
+    };
+    let mut detail = r.detail.clone();
+    if !r.missing.is_empty() && r.status == LayerStatus::PartiallyEnforced {
+        detail.push_str(&format!("; missing: {}", r.missing.join(", ")));
+    }
+    api::Layer {
+        name: r.layer.as_str().to_string(),
+        status: status as i32,
+        detail,
+    }
+}
+
+fn serve(mut reader: UnixStream, writer: UnixStream, default_cwd: PathBuf) {
+    let writer = Arc::new(Mutex::new(writer));
+    let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
+    loop {
+        let req: WorkerRequest = match frame::read_blocking(&mut reader) {
+            Ok(Some(r)) => r,
+            // The daemon closed the socket (or sent garbage): nothing more to serve.
+            Ok(None) | Err(_) => return,
+        };
+        let Some(call) = req.call else { continue };
+        if let worker_request::Call::Cancel(target) = call {
+            if let Some(flag) = cancels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&target)
+            {
+                flag.store(true, Ordering::SeqCst);
+            }
+            continue;
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.id, cancel.clone());
+        let ctx = ToolContext {
+            cwd: req
+                .context
+                .as_ref()
+                .map(|c| PathBuf::from(&c.cwd))
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| default_cwd.clone()),
+        };
+        let call_writer = writer.clone();
+        let cancels = cancels.clone();
+        let id = req.id;
+        let spawned = std::thread::Builder::new()
+            .name(format!("call-{id}"))
+            .spawn(move || {
+                let result = dispatch::execute(&ctx, call);
+                let reply = WorkerReply {
+                    id,
+                    last: true,
+                    result: Some(result),
+                };
+                let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = frame::write_blocking(&mut *w, &reply);
+                drop(w);
+                cancels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+            });
+        if let Err(e) = spawned {
+            let reply = WorkerReply {
+                id,
+                last: true,
+                result: Some(worker_reply::Result::Failure(ToolFailure {
+                    code: tonic::Code::ResourceExhausted as i32,
+                    message: format!("the sandbox worker cannot start a thread for the call: {e}"),
+                })),
+            };
+            let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = frame::write_blocking(&mut *w, &reply);
+        }
+    }
+}
