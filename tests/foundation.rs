@@ -372,7 +372,7 @@ async fn list_tools_in_both_formats() {
         assert_eq!(tool["function"]["strict"], false);
     }
     assert!(chat.starts_with(
-        r#"[{"type":"function","function":{"name":"read_file","description":"Reads a local file"#
+        r#"[{"type":"function","function":{"name":"shell","description":"Runs a shell command"#
     ));
 }
 

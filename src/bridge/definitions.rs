@@ -21,12 +21,20 @@ struct Definition {
 /// Every tool the bridge serves, in the order they are listed.
 const DEFINITIONS: &[Definition] = &[
     Definition {
+        name: "shell",
+        json: include_str!("definitions/shell.json"),
+    },
+    Definition {
         name: "read_file",
         json: include_str!("definitions/read_file.json"),
     },
     Definition {
         name: "list_dir",
         json: include_str!("definitions/list_dir.json"),
+    },
+    Definition {
+        name: "grep_files",
+        json: include_str!("definitions/grep_files.json"),
     },
 ];
 
@@ -72,7 +80,7 @@ mod tests {
     fn responses_definitions_are_the_spec_bytes() {
         let json = tool_definitions(ToolFormat::Responses, &[]);
         assert!(json.starts_with(
-            r#"[{"type":"function","name":"read_file","description":"Reads a local file"#
+            r#"[{"type":"function","name":"shell","description":"Runs a shell command"#
         ));
         let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
         assert_eq!(parsed.len(), DEFINITIONS.len());
@@ -97,9 +105,7 @@ mod tests {
             assert_eq!(f["strict"], Value::Bool(false));
         }
         assert!(
-            json.starts_with(
-                r#"[{"type":"function","function":{"name":"read_file","description":"#
-            )
+            json.starts_with(r#"[{"type":"function","function":{"name":"shell","description":"#)
         );
     }
 

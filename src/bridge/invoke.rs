@@ -1,7 +1,10 @@
 //! Dispatches one model tool call: parse the arguments → run the tool → the model text and the
 //! success flag (spec/tools.md §0.1–0.3).
 
-use crate::tools::{ToolContext, ToolError, list_dir, read_file};
+use crate::tools::shell::{
+    self, ShellArgs, ShellCommandArgs, TruncationPolicy, exec_request, unsupported_payload,
+};
+use crate::tools::{ToolContext, ToolError, grep_files, list_dir, read_file};
 use serde::de::DeserializeOwned;
 
 /// What goes back to the model.
@@ -12,13 +15,6 @@ pub struct InvokeOutcome {
 }
 
 impl InvokeOutcome {
-    fn ok(output: String) -> Self {
-        Self {
-            output,
-            success: true,
-        }
-    }
-
     fn failed(err: ToolError) -> Self {
         Self {
             output: err.message,
@@ -32,18 +28,69 @@ impl InvokeOutcome {
 pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) -> InvokeOutcome {
     let result = match name {
         "read_file" => function_call(name, arguments, freeform, |args| {
-            read_file::read_file(&ctx.cwd, &args).map(|out| out.model_text())
+            read_file::read_file(&ctx.cwd, &args).map(|out| (out.model_text(), true))
         }),
         "list_dir" => function_call(name, arguments, freeform, |args| {
-            list_dir::list_dir(&ctx.cwd, &args).map(|out| out.model_text())
+            list_dir::list_dir(&ctx.cwd, &args).map(|out| (out.model_text(), true))
         }),
+        "grep_files" => function_call(name, arguments, freeform, |args| {
+            grep_files::grep_files(&ctx.cwd, &args).map(|out| (out.model_text(), out.success()))
+        }),
+        // Codex registers `container.exec` as an alias of `shell`.
+        "shell" | "container.exec" => shell_call(ctx, name, arguments, freeform),
+        "shell_command" => shell_command_call(ctx, name, arguments, freeform),
         // Codex's router answers an unregistered tool with the same text.
         _ => Err(ToolError::invalid(format!("unsupported call: {name}"))),
     };
     match result {
-        Ok(text) => InvokeOutcome::ok(text),
+        Ok((output, success)) => InvokeOutcome { output, success },
         Err(err) => InvokeOutcome::failed(err),
     }
+}
+
+/// `shell`: argv executed directly; the structured JSON format (spec/tools.md §6.3).
+fn shell_call(
+    ctx: &ToolContext,
+    name: &str,
+    arguments: &str,
+    freeform: bool,
+) -> Result<(String, bool), ToolError> {
+    if freeform {
+        return Err(unsupported_payload("shell", name));
+    }
+    let args = ShellArgs::parse(arguments)?;
+    let req = exec_request(
+        args.argv()?,
+        args.workdir.as_deref(),
+        args.timeout_ms,
+        &ctx.exec_context(),
+    );
+    let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;
+    let text = shell::shell_output_text(&outcome, TruncationPolicy::default());
+    Ok((text, outcome.success()))
+}
+
+/// `shell_command`: a script run by the session's shell; the freeform format (§6.4).
+fn shell_command_call(
+    ctx: &ToolContext,
+    name: &str,
+    arguments: &str,
+    freeform: bool,
+) -> Result<(String, bool), ToolError> {
+    if freeform {
+        return Err(unsupported_payload("shell_command", name));
+    }
+    let args = ShellCommandArgs::parse(arguments)?;
+    let argv = args.argv(&ctx.shell.to_string_lossy(), true)?;
+    let req = exec_request(
+        argv,
+        args.workdir.as_deref(),
+        args.timeout_ms,
+        &ctx.exec_context(),
+    );
+    let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;
+    let text = shell::shell_command_output_text(&outcome, TruncationPolicy::default());
+    Ok((text, outcome.success()))
 }
 
 /// A function tool: refuses a freeform payload, parses the JSON arguments into `A`, runs `run`.
@@ -51,8 +98,8 @@ fn function_call<A: DeserializeOwned>(
     name: &str,
     arguments: &str,
     freeform: bool,
-    run: impl FnOnce(A) -> Result<String, ToolError>,
-) -> Result<String, ToolError> {
+    run: impl FnOnce(A) -> Result<(String, bool), ToolError>,
+) -> Result<(String, bool), ToolError> {
     if freeform {
         return Err(ToolError::invalid(format!(
             "{name} handler received unsupported payload"
@@ -73,9 +120,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn ctx(dir: &std::path::Path) -> ToolContext {
-        ToolContext {
-            cwd: dir.to_path_buf(),
-        }
+        crate::worker::commands::test_context(dir)
     }
 
     #[test]
@@ -88,7 +133,13 @@ mod tests {
             r#"{"file_path":"f.txt","offset":2,"limit":2}"#,
             false,
         );
-        assert_eq!(out, InvokeOutcome::ok("L2: beta\nL3: gamma".into()));
+        assert_eq!(
+            out,
+            InvokeOutcome {
+                output: "L2: beta\nL3: gamma".into(),
+                success: true
+            }
+        );
     }
 
     #[test]

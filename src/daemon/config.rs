@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// landlock, seccomp. Sandboxed calls otherwise fail closed when one cannot be applied.
     #[arg(long, value_name = "LAYER", value_delimiter = ',')]
     pub allow_degraded: Option<Vec<String>>,
+    /// Let calls that ask for escalation (`sandbox_permissions: "require_escalated"`) run in
+    /// danger-full-access. Off by default: such calls are refused.
+    #[arg(long)]
+    pub allow_escalation: bool,
 }
 
 /// The config file's keys (all optional).
@@ -103,6 +107,7 @@ struct FileConfig {
     max_sessions: Option<u64>,
     shutdown_grace: Option<u64>,
     allow_degraded: Option<Vec<String>>,
+    allow_escalation: Option<bool>,
 }
 
 /// The effective configuration.
@@ -119,6 +124,8 @@ pub struct Config {
     pub degraded_layers: Vec<Layer>,
     /// The config file, if any (part of corral's own state, hidden from sandboxes).
     pub config_file: Option<PathBuf>,
+    /// Escalated calls may run in danger-full-access.
+    pub allow_escalation: bool,
 }
 
 impl Config {
@@ -196,6 +203,7 @@ impl Config {
             degraded_layers.push(layer);
         }
         Ok(Config {
+            allow_escalation: args.allow_escalation || file.allow_escalation.unwrap_or(false),
             degraded_layers,
             config_file: args.config.clone(),
             listen,

@@ -1,13 +1,14 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
-use crate::daemon::pool::WorkerPool;
+use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::sessions::Session;
-use crate::sandbox::policy::{ResourceLimits, SandboxPolicy};
+use crate::sandbox::policy::{Mode, ResourceLimits, SandboxPolicy};
 use crate::sandbox::report::Layer;
 use crate::sandbox::roots::{PolicyError, SessionParams, build_policy};
 use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
 use std::path::PathBuf;
+use std::sync::Arc;
 use tonic::Status;
 
 /// Container-runtime sockets hidden from every sandbox: a reachable runtime socket is root on the
@@ -121,13 +122,35 @@ impl Executor {
         }
     }
 
-    /// Runs one call in the session's worker.
-    pub async fn call(&self, session: &Session, call: Call) -> Result<Reply, Status> {
+    /// The worker a call runs in: the session's own, or — for an escalated call — a
+    /// danger-full-access worker for the same caller.
+    pub async fn worker_for(
+        &self,
+        session: &Session,
+        escalated: bool,
+    ) -> Result<Arc<Worker>, Status> {
+        if escalated {
+            let mut unconfined = session.clone();
+            unconfined.mode = Mode::DangerFullAccess;
+            unconfined.network_access = true;
+            let policy = self.policy_for(&unconfined)?;
+            return self.pool.get(&policy).await;
+        }
         let policy = session
             .policy
             .as_ref()
             .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
-        let worker = self.pool.get(policy).await?;
+        self.pool.get(policy).await
+    }
+
+    /// Runs one call in the session's worker (or, escalated, in a danger-full-access one).
+    pub async fn call(
+        &self,
+        session: &Session,
+        call: Call,
+        escalated: bool,
+    ) -> Result<Reply, Status> {
+        let worker = self.worker_for(session, escalated).await?;
         worker.call(context_of(session), call).await
     }
 }

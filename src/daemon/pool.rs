@@ -177,6 +177,7 @@ impl Worker {
         &self,
         context: CallContext,
         call: Call,
+        stream: bool,
     ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), Status> {
         if self.is_dead() {
             return Err(worker_died());
@@ -191,6 +192,7 @@ impl Worker {
             id,
             context: Some(context),
             call: Some(call),
+            stream,
         };
         self.outgoing
             .send(frame::encode(&req))
@@ -207,18 +209,18 @@ impl Worker {
 
     /// Runs a unary call to completion.
     pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
-        let (mut handle, mut rx) = self.start(context, call)?;
+        let (mut handle, mut rx) = self.start(context, call, false)?;
         match rx.recv().await {
             Some(WorkerReply {
                 result: Some(result),
                 ..
             }) => {
-                handle.finished = true;
+                handle.done();
                 Ok(result)
             }
             Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
             None => {
-                handle.finished = true;
+                handle.done();
                 Err(worker_died())
             }
         }
@@ -248,7 +250,14 @@ fn setup_message(message: &str) -> String {
 pub struct CallHandle {
     id: u64,
     outgoing: mpsc::UnboundedSender<Vec<u8>>,
-    pub finished: bool,
+    finished: bool,
+}
+
+impl CallHandle {
+    /// The call ended: nothing to cancel on drop.
+    pub fn done(&mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for CallHandle {
@@ -258,6 +267,7 @@ impl Drop for CallHandle {
                 id: 0,
                 context: None,
                 call: Some(Call::Cancel(self.id)),
+                stream: false,
             };
             let _ = self.outgoing.send(frame::encode(&cancel));
         }

@@ -31,6 +31,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         executor: executor.clone(),
         in_flight: in_flight.clone(),
         host_layers: Arc::new(probe.clone()),
+        allow_escalation: config.allow_escalation,
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

@@ -17,6 +17,8 @@ pub struct CorralService {
     pub sessions: SessionStore,
     pub executor: Executor,
     pub in_flight: InFlight,
+    /// The operator allows escalated calls (danger-full-access on the model's request).
+    pub allow_escalation: bool,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
     pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
 }
@@ -35,9 +37,13 @@ impl CorralService {
     }
 
     async fn run(&self, session_id: &str, call: Call) -> Result<Reply, Status> {
+        self.run_as(session_id, call, false).await
+    }
+
+    async fn run_as(&self, session_id: &str, call: Call, escalated: bool) -> Result<Reply, Status> {
         let _call = self.in_flight.enter();
         let session = self.session(session_id)?;
-        match self.executor.call(&session, call).await? {
+        match self.executor.call(&session, call, escalated).await? {
             Reply::Failure(f) => Err(Status::new(Code::from(f.code), f.message)),
             reply => Ok(reply),
         }
@@ -51,6 +57,25 @@ fn invalid_field(field: &str, message: &str) -> Status {
         message,
         ErrorDetails::with_bad_request_violation(field, message),
     )
+}
+
+/// Codex's refusal of an escalation request under the `never` approval policy (corral's
+/// default; spec/tools.md §6.1). The em dash is U+2014.
+pub const ESCALATION_REFUSED: &str = "approval policy is Never; reject command \u{2014} you should not ask for escalated permissions if the approval policy is Never";
+
+/// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
+fn asks_for_escalation(name: &str, arguments: &str) -> bool {
+    if !matches!(name, "shell" | "container.exec" | "shell_command") {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
+        return false;
+    };
+    args.get("sandbox_permissions").and_then(|v| v.as_str()) == Some("require_escalated")
+        || args
+            .get("with_escalated_permissions")
+            .and_then(|v| v.as_bool())
+            == Some(true)
 }
 
 fn unexpected(reply: Reply) -> Status {
@@ -166,6 +191,114 @@ impl Tools for CorralService {
             other => Err(unexpected(other)),
         }
     }
+
+    async fn grep_files(
+        &self,
+        request: Request<api::GrepFilesRequest>,
+    ) -> Result<Response<api::GrepFilesResponse>, Status> {
+        let req = request.into_inner();
+        match self
+            .run(&req.session_id.clone(), Call::GrepFiles(req))
+            .await?
+        {
+            Reply::GrepFiles(r) => Ok(Response::new(r)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn shell(
+        &self,
+        request: Request<api::ShellRequest>,
+    ) -> Result<Response<api::ShellResponse>, Status> {
+        let req = request.into_inner();
+        let escalated = self.check_escalation(req.with_escalated_permissions)?;
+        match self
+            .run_as(&req.session_id.clone(), Call::Shell(req), escalated)
+            .await?
+        {
+            Reply::Shell(mut r) => {
+                r.escalated = escalated;
+                Ok(Response::new(r))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    type ShellStreamStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<api::ShellStreamEvent, Status>> + Send>,
+    >;
+
+    async fn shell_stream(
+        &self,
+        request: Request<api::ShellRequest>,
+    ) -> Result<Response<Self::ShellStreamStream>, Status> {
+        let req = request.into_inner();
+        let escalated = self.check_escalation(req.with_escalated_permissions)?;
+        let guard = self.in_flight.enter();
+        let session = self.session(&req.session_id)?;
+        let worker = self.executor.worker_for(&session, escalated).await?;
+        let (mut handle, mut replies) = worker.start(
+            crate::daemon::executor::context_of(&session),
+            Call::Shell(req),
+            true,
+        )?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            let _guard = guard;
+            loop {
+                let next = tokio::select! {
+                    frame = replies.recv() => frame,
+                    // The client went away: returning drops `handle`, which cancels the
+                    // command and kills its process tree.
+                    _ = tx.closed() => return,
+                };
+                let Some(frame) = next else {
+                    let _ = tx
+                        .send(Err(Status::unavailable(
+                            "the sandbox worker exited while the command was running",
+                        )))
+                        .await;
+                    handle.done();
+                    return;
+                };
+                let item = match frame.result {
+                    Some(Reply::ShellEvent(mut ev)) => {
+                        if let Some(api::shell_stream_event::Event::End(end)) = &mut ev.event {
+                            end.escalated = escalated;
+                        }
+                        Ok(ev)
+                    }
+                    Some(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
+                    other => Err(Status::internal(format!(
+                        "unexpected worker frame: {other:?}"
+                    ))),
+                };
+                let end = frame.last;
+                if end {
+                    handle.done();
+                }
+                // A client that went away drops the stream; dropping `handle` early then
+                // cancels the command and kills its process tree.
+                if tx.send(item).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+}
+
+impl CorralService {
+    /// An escalated call runs only if the operator allows it (PERMISSION_DENIED otherwise).
+    fn check_escalation(&self, requested: bool) -> Result<bool, Status> {
+        match (requested, self.allow_escalation) {
+            (false, _) => Ok(false),
+            (true, true) => Ok(true),
+            (true, false) => Err(Status::permission_denied(ESCALATION_REFUSED)),
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -204,7 +337,19 @@ impl Bridge for CorralService {
                 "name is required: the tool the model called",
             ));
         }
-        match self.run(&req.session_id.clone(), Call::Invoke(req)).await? {
+        let escalated = asks_for_escalation(&req.name, &req.arguments);
+        if escalated && !self.allow_escalation {
+            self.session(&req.session_id)?;
+            return Ok(Response::new(api::InvokeResponse {
+                call_id: req.call_id,
+                output: ESCALATION_REFUSED.to_string(),
+                success: false,
+            }));
+        }
+        match self
+            .run_as(&req.session_id.clone(), Call::Invoke(req), escalated)
+            .await?
+        {
             Reply::Invoke(r) => Ok(Response::new(r)),
             other => Err(unexpected(other)),
         }

@@ -345,7 +345,8 @@ mod tests {
         let w = ProtectedNameWatcher::start_for(&names(&root)).unwrap();
         assert_eq!(w.guarded().len(), 3);
         // mkdir with content (a `git init`), a symlink, a rename onto the name.
-        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        // The watcher may remove `.git` between the two mkdirs: that race is the point.
+        let _ = std::fs::create_dir_all(root.join(".git/hooks"));
         let _ = std::fs::write(root.join(".git/hooks/pre-commit"), "evil");
         symlink(&outside, root.join(".codex")).unwrap();
         std::fs::create_dir(root.join("t")).unwrap();

@@ -1,11 +1,56 @@
 //! What a tool call knows about its session: plain data, filled in by the worker.
 
+use crate::tools::ToolError;
+use crate::tools::shell::{ExecOutcome, ExecRequest, OutputChunk};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Runs commands for the shell tools. The worker implements it (adding its sandbox-side checks,
+/// such as the protected-name watcher); tools only format what it returns.
+pub trait CommandRunner: Send + Sync {
+    fn run(
+        &self,
+        req: &ExecRequest,
+        on_chunk: &mut dyn FnMut(OutputChunk),
+        cancel: &AtomicBool,
+    ) -> Result<ExecOutcome, ToolError>;
+}
 
 /// The session facts a tool needs. The sandbox already confines the process; these fields let
-/// tools resolve paths and report refusals in the model's terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// tools resolve paths, build commands and report refusals in the model's terms.
+#[derive(Clone)]
 pub struct ToolContext {
     /// The session's working directory (absolute).
     pub cwd: PathBuf,
+    /// The environment commands receive (the session's, exactly).
+    pub env: Vec<(String, String)>,
+    /// The network is off: commands get `CODEX_SANDBOX_NETWORK_DISABLED=1`.
+    pub network_disabled: bool,
+    /// The session's shell for `shell_command`.
+    pub shell: PathBuf,
+    /// Set when the caller cancelled the call.
+    pub cancel: Arc<AtomicBool>,
+    /// Runs commands.
+    pub runner: Arc<dyn CommandRunner>,
+}
+
+impl ToolContext {
+    /// The shell tools' view of the session.
+    pub fn exec_context(&self) -> crate::tools::shell::SessionExecContext {
+        crate::tools::shell::SessionExecContext {
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
+            network_disabled: self.network_disabled,
+        }
+    }
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("cwd", &self.cwd)
+            .field("network_disabled", &self.network_disabled)
+            .finish_non_exhaustive()
+    }
 }

@@ -4,6 +4,14 @@
 //! sandbox, not this code, is what bounds the damage a bug here could do. Every tool follows the
 //! same shape (one file per tool): parse arguments → validate → act → format.
 
+mod context;
+pub mod grep_files;
+pub mod list_dir;
+pub mod read_file;
+pub mod shell;
+
+pub use context::{CommandRunner, ToolContext};
+
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -89,9 +97,3 @@ pub fn truncate_to_char_boundary(s: &str, max: usize) -> &str {
     }
     &s[..end]
 }
-
-mod context;
-pub mod list_dir;
-pub mod read_file;
-
-pub use context::ToolContext;

@@ -3,8 +3,12 @@
 
 use crate::api;
 use crate::bridge;
-use crate::tools::{ErrorKind, ToolContext, ToolError, list_dir, read_file};
+use crate::tools::shell::{
+    self, Captured, ExecOutcome, OutputChunk, TruncationPolicy, exec_request,
+};
+use crate::tools::{ErrorKind, ToolContext, ToolError, grep_files, list_dir, read_file};
 use crate::wire::{ToolFailure, worker_reply::Result as Reply, worker_request::Call};
+use crate::worker::commands::SandboxedRunner;
 
 /// The gRPC code a tool failure is answered with (spec/tools.md §0.5).
 pub fn code_of(kind: ErrorKind) -> tonic::Code {
@@ -24,11 +28,28 @@ fn failure(err: ToolError) -> ToolFailure {
     }
 }
 
-/// Runs one call to completion.
-pub fn execute(ctx: &ToolContext, call: Call) -> Reply {
+/// Runs one call to completion. `emit` receives the intermediate frames of a streaming call
+/// (`stream`); the returned reply is the final one.
+pub fn execute(
+    ctx: &ToolContext,
+    runner: &SandboxedRunner,
+    call: Call,
+    stream: bool,
+    emit: &mut dyn FnMut(Reply),
+) -> Reply {
     let result = match call {
         Call::ReadFile(req) => read_file_call(ctx, req).map(Reply::ReadFile),
         Call::ListDir(req) => list_dir_call(ctx, req).map(Reply::ListDir),
+        Call::GrepFiles(req) => grep_files_call(ctx, req).map(Reply::GrepFiles),
+        Call::Shell(req) => shell_call(ctx, runner, req, stream, emit).map(|resp| {
+            if stream {
+                Reply::ShellEvent(api::ShellStreamEvent {
+                    event: Some(api::shell_stream_event::Event::End(resp)),
+                })
+            } else {
+                Reply::Shell(resp)
+            }
+        }),
         Call::Invoke(req) => {
             let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
             Ok(Reply::Invoke(api::InvokeResponse {
@@ -113,6 +134,143 @@ fn list_dir_call(
                     list_dir::EntryKind::Symlink => api::EntryKind::Symlink,
                     list_dir::EntryKind::Other => api::EntryKind::Other,
                 } as i32,
+            })
+            .collect(),
+    })
+}
+
+/// The typed Shell call: argv (`shell`, structured text) or script (`shell_command`, freeform
+/// text), run under the worker's checks, every output chunk streamed when asked.
+fn shell_call(
+    ctx: &ToolContext,
+    runner: &SandboxedRunner,
+    req: api::ShellRequest,
+    stream: bool,
+    emit: &mut dyn FnMut(Reply),
+) -> Result<api::ShellResponse, ToolError> {
+    let structured = !req.command.is_empty();
+    let argv = match (structured, req.script.is_empty()) {
+        (true, true) => req.command,
+        (false, false) => shell::shell_command_argv(
+            &ctx.shell.to_string_lossy(),
+            &req.script,
+            req.login.unwrap_or(true),
+        ),
+        (true, false) => {
+            return Err(ToolError::invalid(
+                "give either command (an argv) or script, not both",
+            ));
+        }
+        (false, true) => {
+            return Err(ToolError::invalid("command must not be empty"));
+        }
+    };
+    let policy = match req.truncation.and_then(|t| t.budget) {
+        Some(api::truncation_policy::Budget::Bytes(b)) => {
+            TruncationPolicy::Bytes(usize::try_from(b).unwrap_or(usize::MAX))
+        }
+        Some(api::truncation_policy::Budget::Tokens(t)) => {
+            TruncationPolicy::Tokens(usize::try_from(t).unwrap_or(usize::MAX))
+        }
+        None => TruncationPolicy::default(),
+    };
+    let workdir = (!req.workdir.is_empty()).then_some(req.workdir.as_str());
+    let exec = exec_request(argv, workdir, req.timeout_ms, &ctx.exec_context());
+    if stream {
+        emit(Reply::ShellEvent(api::ShellStreamEvent {
+            event: Some(api::shell_stream_event::Event::Begin(api::ShellBegin {
+                argv: exec.argv.clone(),
+                cwd: exec.cwd.to_string_lossy().into_owned(),
+            })),
+        }));
+    }
+    let mut seq = 0u64;
+    let mut on_chunk = |chunk: OutputChunk| {
+        if !stream {
+            return;
+        }
+        let (kind, data) = match chunk {
+            OutputChunk::Stdout(d) => (api::OutputStream::Stdout, d),
+            OutputChunk::Stderr(d) => (api::OutputStream::Stderr, d),
+        };
+        emit(Reply::ShellEvent(api::ShellStreamEvent {
+            event: Some(api::shell_stream_event::Event::Delta(api::OutputDelta {
+                seq,
+                stream: kind as i32,
+                data,
+            })),
+        }));
+        seq += 1;
+    };
+    let report = runner.run_checked(&exec, &mut on_chunk, &ctx.cancel)?;
+    let denied = runner.sandbox_denied(&report);
+    let outcome = report.outcome;
+    let text = if structured {
+        shell::shell_output_text(&outcome, policy)
+    } else {
+        shell::shell_command_output_text(&outcome, policy)
+    };
+    Ok(shell_response(&outcome, text, denied, policy))
+}
+
+fn captured(c: &Captured) -> api::CapturedOutput {
+    api::CapturedOutput {
+        head: c.head.clone(),
+        tail: c.tail.clone(),
+        total_bytes: c.total_bytes,
+        dropped_bytes: c.dropped_bytes,
+    }
+}
+
+fn shell_response(
+    outcome: &ExecOutcome,
+    text: String,
+    sandbox_denied: bool,
+    policy: TruncationPolicy,
+) -> api::ShellResponse {
+    api::ShellResponse {
+        exit_code: outcome.exit_code,
+        signal: outcome.signal.unwrap_or(0),
+        duration_seconds: outcome.duration.as_secs_f64(),
+        timed_out: outcome.timed_out,
+        truncated: outcome.combined.text_len as usize > policy.byte_budget(),
+        sandbox_denied,
+        stdout: Some(captured(&outcome.stdout)),
+        stderr: Some(captured(&outcome.stderr)),
+        combined: Some(captured(&outcome.combined)),
+        text,
+        success: outcome.success(),
+        escalated: false,
+    }
+}
+
+fn grep_files_call(
+    ctx: &ToolContext,
+    req: api::GrepFilesRequest,
+) -> Result<api::GrepFilesResponse, ToolError> {
+    let args = grep_files::GrepFilesArgs {
+        pattern: req.pattern,
+        include: (!req.include.is_empty()).then_some(req.include),
+        path: (!req.path.is_empty()).then_some(req.path),
+        limit: size(req.limit),
+    };
+    let out = grep_files::grep_files(&ctx.cwd, &args)?;
+    Ok(api::GrepFilesResponse {
+        text: out.model_text(),
+        truncated: out.truncated,
+        matches: out
+            .matches
+            .iter()
+            .map(|m| {
+                let since = m
+                    .modified
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .unwrap_or_default();
+                api::GrepMatch {
+                    path: m.path.to_string_lossy().into_owned(),
+                    modified_unix_seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+                    modified_nanos: since.subsec_nanos(),
+                }
             })
             .collect(),
     })

@@ -81,6 +81,7 @@ mod tests {
             id: 7,
             context: None,
             call: Some(Call::Cancel(3)),
+            stream: false,
         };
         let mut buf = Vec::new();
         write_blocking(&mut buf, &msg).unwrap();

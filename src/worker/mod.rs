@@ -2,6 +2,7 @@
 //! policy's tool calls. `dispatch` converts between wire messages and the plain-Rust tools (the
 //! one place where proto types meet tool types); `frame` is the socketpair framing.
 
+pub mod commands;
 pub mod confine;
 pub mod dispatch;
 pub mod frame;

@@ -5,7 +5,10 @@ use crate::api;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
 use crate::tools::ToolContext;
-use crate::wire::{Ready, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request};
+use crate::wire::{
+    CallContext, Ready, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request,
+};
+use crate::worker::commands::SandboxedRunner;
 use crate::worker::{confine, dispatch, frame};
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, RawFd};
@@ -29,6 +32,16 @@ pub struct WorkerSpec {
 pub fn worker_main(spec_json: &str) -> i32 {
     // SAFETY: the daemon placed our end of the socketpair on WORKER_FD; nothing else owns it.
     let mut socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
+    // The descriptor arrived without FD_CLOEXEC (it had to survive our exec). Set it now, or
+    // every command would inherit a channel to the daemon and could forge worker replies.
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(WORKER_FD, libc::F_SETFD, libc::FD_CLOEXEC) } == -1 {
+        eprintln!(
+            "corral worker: cannot mark the request socket close-on-exec: {}",
+            std::io::Error::last_os_error()
+        );
+        return 70;
+    }
     let spec: WorkerSpec = match serde_json::from_str(spec_json) {
         Ok(s) => s,
         Err(e) => {
@@ -65,8 +78,48 @@ pub fn worker_main(spec_json: &str) -> i32 {
     if frame::write_blocking(&mut writer, &ready).is_err() {
         return 0;
     }
-    serve(socket, writer, spec.policy.cwd.clone());
+    // Orphaned descendants of commands re-parent to us, so their whole tree can be killed.
+    if let Err(e) = crate::tools::shell::become_subreaper() {
+        eprintln!("corral worker: cannot become a child subreaper: {e}");
+        return 72;
+    }
+    let state = WorkerState {
+        runner: Arc::new(SandboxedRunner {
+            protected_missing: spec.policy.protected_missing.clone(),
+            sandboxed: spec.policy.mode.is_sandboxed(),
+        }),
+        shell: crate::tools::shell::default_user_shell(),
+        network_disabled: !spec.policy.network,
+        default_cwd: spec.policy.cwd.clone(),
+    };
+    serve(socket, writer, state);
     0
+}
+
+/// What every call of this worker shares.
+struct WorkerState {
+    runner: Arc<SandboxedRunner>,
+    shell: PathBuf,
+    network_disabled: bool,
+    default_cwd: PathBuf,
+}
+
+impl WorkerState {
+    fn context(&self, call: Option<&CallContext>, cancel: Arc<AtomicBool>) -> ToolContext {
+        ToolContext {
+            cwd: call
+                .map(|c| PathBuf::from(&c.cwd))
+                .filter(|p| p.is_absolute())
+                .unwrap_or_else(|| self.default_cwd.clone()),
+            env: call
+                .map(|c| c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default(),
+            network_disabled: self.network_disabled,
+            shell: self.shell.clone(),
+            cancel,
+            runner: self.runner.clone(),
+        }
+    }
 }
 
 fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::io::Result<()> {
@@ -101,7 +154,8 @@ pub fn layer_to_api(r: &LayerReport) -> api::Layer {
     }
 }
 
-fn serve(mut reader: UnixStream, writer: UnixStream, default_cwd: PathBuf) {
+fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
+    let state = Arc::new(state);
     let writer = Arc::new(Mutex::new(writer));
     let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
     loop {
@@ -126,21 +180,25 @@ fn serve(mut reader: UnixStream, writer: UnixStream, default_cwd: PathBuf) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.id, cancel.clone());
-        let ctx = ToolContext {
-            cwd: req
-                .context
-                .as_ref()
-                .map(|c| PathBuf::from(&c.cwd))
-                .filter(|p| p.is_absolute())
-                .unwrap_or_else(|| default_cwd.clone()),
-        };
+        let ctx = state.context(req.context.as_ref(), cancel);
+        let stream = req.stream;
+        let state = state.clone();
         let call_writer = writer.clone();
         let cancels = cancels.clone();
         let id = req.id;
         let spawned = std::thread::Builder::new()
             .name(format!("call-{id}"))
             .spawn(move || {
-                let result = dispatch::execute(&ctx, call);
+                let mut emit = |partial| {
+                    let frame = WorkerReply {
+                        id,
+                        last: false,
+                        result: Some(partial),
+                    };
+                    let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
+                    let _ = frame::write_blocking(&mut *w, &frame);
+                };
+                let result = dispatch::execute(&ctx, &state.runner, call, stream, &mut emit);
                 let reply = WorkerReply {
                     id,
                     last: true,

@@ -87,11 +87,12 @@ impl Daemon {
         BridgeClient::new(self.channel().await)
     }
 
-    /// Opens a session and returns its id.
+    /// Opens a session (with the test's PATH and HOME as its environment) and returns its id.
     pub async fn open(&self, cwd: &Path, mode: api::SandboxMode) -> String {
         self.open_with(api::OpenSessionRequest {
             cwd: cwd.to_string_lossy().into_owned(),
             mode: mode as i32,
+            env: session_env(cwd),
             ..Default::default()
         })
         .await
@@ -158,7 +159,73 @@ impl Drop for Daemon {
     }
 }
 
+/// The environment test sessions give their commands: the test's PATH, and HOME in the session's
+/// own directory so a login shell does not run the machine's personal rc files.
+pub fn session_env(home: &Path) -> std::collections::HashMap<String, String> {
+    let mut env = std::collections::HashMap::new();
+    if let Ok(path) = std::env::var("PATH") {
+        env.insert("PATH".to_string(), path);
+    }
+    env.insert("HOME".to_string(), home.display().to_string());
+    env
+}
+
 /// A scratch directory outside any git repository.
 pub fn scratch() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
+}
+
+/// The result of a sandboxed command run through the typed Shell RPC.
+#[derive(Debug)]
+pub struct Ran {
+    pub exit_code: i32,
+    /// stdout and stderr in arrival order, lossy UTF-8.
+    pub output: String,
+    pub response: api::ShellResponse,
+}
+
+impl Daemon {
+    /// Runs `bash -c script` in the session through the typed Shell RPC.
+    pub async fn sh(&self, session: &str, script: &str) -> Ran {
+        self.shell(api::ShellRequest {
+            session_id: session.into(),
+            command: vec!["bash".into(), "-c".into(), script.into()],
+            ..Default::default()
+        })
+        .await
+    }
+
+    pub async fn shell(&self, req: api::ShellRequest) -> Ran {
+        let response = self
+            .tools()
+            .await
+            .shell(req)
+            .await
+            .unwrap_or_else(|s| panic!("shell: {s:?}\nlog:\n{}", self.log_text()))
+            .into_inner();
+        let combined = response.combined.clone().unwrap_or_default();
+        let mut bytes = combined.head.clone();
+        bytes.extend_from_slice(&combined.tail);
+        Ran {
+            exit_code: response.exit_code,
+            output: String::from_utf8_lossy(&bytes).into_owned(),
+            response,
+        }
+    }
+}
+
+/// A scratch directory outside every writable root (not under /tmp, which is one by default).
+pub fn outside() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir")
+}
+
+/// Runs `bash -c script` on the host (the baseline outside the sandbox); returns (status, output).
+pub fn host_sh(script: &str) -> (i32, String) {
+    let out = Command::new("bash")
+        .args(["-c", script])
+        .output()
+        .expect("bash");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
 }
