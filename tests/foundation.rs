@@ -574,3 +574,32 @@ async fn a_live_socket_is_refused_and_a_stale_one_replaced() {
     }
     assert!(d2.terminate().success());
 }
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_calls_finish() {
+    let mut d = Daemon::start(&[]).await;
+    let dir = scratch();
+    let id = d.open(dir.path(), SandboxMode::ReadOnly).await;
+    let mut tools = d.tools().await;
+    let call = tokio::spawn(async move {
+        tools
+            .shell(api::ShellRequest {
+                session_id: id,
+                command: vec!["bash".into(), "-c".into(), "sleep 1; echo finished".into()],
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = nix::unistd::Pid::from_raw(d.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let resp = call
+        .await
+        .unwrap()
+        .expect("the in-flight call completes")
+        .into_inner();
+    assert_eq!(resp.exit_code, 0);
+    assert_eq!(resp.stdout.unwrap().head, b"finished\n");
+    assert!(d.terminate_wait().success());
+    assert!(!d.socket.exists());
+}

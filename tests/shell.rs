@@ -342,3 +342,48 @@ async fn creating_protected_names_is_blocked() {
     let r = d.sh(&id, "echo ok > fine.txt").await;
     assert_eq!(r.exit_code, 0);
 }
+
+#[tokio::test]
+async fn a_dead_worker_fails_only_its_calls_and_is_replaced() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+    let mut tools = d.tools().await;
+    let same_session = id.clone();
+    let call = tokio::spawn(async move {
+        tools
+            .shell(api::ShellRequest {
+                session_id: id,
+                command: vec!["sleep".into(), "30".into()],
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Kill this session's worker from outside (its command line names the session's cwd).
+    let pattern = format!("__worker .*{}", cwd.path().display());
+    let (code, out) = host_sh(&format!("pkill -KILL -f '{pattern}'"));
+    assert_eq!(code, 0, "no worker found: {out}");
+    let err = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call must fail promptly")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(
+        err.message().contains("sandbox worker"),
+        "{}",
+        err.message()
+    );
+    // The session's next call gets a new worker.
+    let r = d.sh(&same_session, "echo back").await;
+    assert_eq!(r.output, "back\n");
+    // The sleep of the dead worker's command did not survive it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_, ps) = host_sh("ps -eo args");
+    assert!(
+        !ps.lines().any(|l| l == "sleep 30"),
+        "orphaned command survived"
+    );
+}

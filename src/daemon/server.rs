@@ -18,6 +18,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::Server;
 
+/// After the last call finished, how long its response may take to be written out.
+const RESPONSE_FLUSH: Duration = Duration::from_millis(500);
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> Result<(), String> {
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
@@ -38,12 +41,29 @@ pub async fn serve(config: Config) -> Result<(), String> {
     health_reporter
         .set_serving::<SessionsServer<CorralService>>()
         .await;
-    health_reporter
-        .set_serving::<ToolsServer<CorralService>>()
-        .await;
-    health_reporter
-        .set_serving::<BridgeServer<CorralService>>()
-        .await;
+    match &probe {
+        Ok(_) => {
+            health_reporter
+                .set_serving::<ToolsServer<CorralService>>()
+                .await;
+            health_reporter
+                .set_serving::<BridgeServer<CorralService>>()
+                .await;
+        }
+        Err(e) => {
+            // Sandboxed calls would fail closed: say so before anyone calls.
+            tracing::error!("the sandbox cannot be enforced on this host: {e}");
+            health_reporter
+                .set_not_serving::<ToolsServer<CorralService>>()
+                .await;
+            health_reporter
+                .set_not_serving::<BridgeServer<CorralService>>()
+                .await;
+            health_reporter
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+        }
+    }
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
@@ -103,7 +123,12 @@ pub async fn serve(config: Config) -> Result<(), String> {
                 "grace period over: cancelling the remaining calls"
             ),
         }
-        server.abort();
+        // The last responses may still be on their way out: let the server finish by itself
+        // for a moment (idle client connections keep it waiting), then stop it.
+        let abort = server.abort_handle();
+        if tokio::time::timeout(RESPONSE_FLUSH, server).await.is_err() {
+            abort.abort();
+        }
     } else {
         // The server stopped by itself: report why.
         match server.await {

@@ -22,12 +22,25 @@ pub struct Daemon {
 impl Daemon {
     /// Starts `corral serve` with extra flags and waits until it answers.
     pub async fn start(extra: &[&str]) -> Daemon {
+        Self::start_wrapped(&[], extra).await
+    }
+
+    /// Starts `WRAPPER... corral serve ...` (e.g. under a seccomp filter) and waits for it.
+    pub async fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Daemon {
         // The daemon's state (its socket directory) must not lie inside a writable root, and
         // /tmp is one by default: keep it under the target directory.
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let socket = dir.path().join("corral.sock");
         let log = dir.path().join("daemon.log");
-        let child = Command::new(CORRAL)
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(CORRAL);
+                c
+            }
+            None => Command::new(CORRAL),
+        };
+        let child = cmd
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix:{}", socket.display()))
@@ -125,6 +138,11 @@ impl Daemon {
             .into_inner();
         assert_eq!(r.call_id, "call_1");
         (r.output, r.success)
+    }
+
+    /// Waits for the daemon (already signalled) to exit.
+    pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
+        self.child.take().expect("running").wait().expect("wait")
     }
 
     /// Sends SIGTERM and waits for the exit status.
