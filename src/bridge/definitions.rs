@@ -38,14 +38,50 @@ const DEFINITIONS: &[Definition] = &[
     },
 ];
 
+/// The freeform apply_patch tool's Lark grammar (spec/tools.md §5.1), byte for byte.
+const APPLY_PATCH_GRAMMAR: &str = include_str!("definitions/apply_patch.lark");
+/// corral's description of the JSON apply_patch variant.
+const APPLY_PATCH_JSON_DESCRIPTION: &str =
+    include_str!("definitions/apply_patch_json_description.txt");
+
+/// apply_patch as a custom (freeform) tool: the Responses API default.
+fn apply_patch_freeform() -> String {
+    serde_json::json!({
+        "type": "custom",
+        "name": "apply_patch",
+        "description": "Use the `apply_patch` tool to edit files. This is a FREEFORM tool, so do not wrap the patch in JSON.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR},
+    })
+    .to_string()
+}
+
+/// apply_patch as a function tool with one `input` parameter (Chat Completions).
+fn apply_patch_function() -> String {
+    serde_json::json!({
+        "type": "function",
+        "name": "apply_patch",
+        "description": APPLY_PATCH_JSON_DESCRIPTION,
+        "strict": false,
+        "parameters": {
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "The entire contents of the apply_patch command"}},
+            "required": ["input"],
+            "additionalProperties": false,
+        },
+    })
+    .to_string()
+}
+
 /// Names of the tools `ListTools` offers.
 pub fn tool_names() -> Vec<&'static str> {
-    DEFINITIONS.iter().map(|d| d.name).collect()
+    let mut names: Vec<&'static str> = DEFINITIONS.iter().map(|d| d.name).collect();
+    names.push("apply_patch");
+    names
 }
 
 /// The JSON array for the API request's `tools` field, leaving out the names in `exclude`.
 pub fn tool_definitions(format: ToolFormat, exclude: &[String]) -> String {
-    let items: Vec<String> = DEFINITIONS
+    let mut items: Vec<String> = DEFINITIONS
         .iter()
         .filter(|d| !exclude.iter().any(|e| e == d.name))
         .filter_map(|d| match format {
@@ -53,6 +89,14 @@ pub fn tool_definitions(format: ToolFormat, exclude: &[String]) -> String {
             ToolFormat::ChatCompletions => chat_completions_shape(d.json),
         })
         .collect();
+    if !exclude.iter().any(|e| e == "apply_patch") {
+        items.push(match format {
+            ToolFormat::Responses => apply_patch_freeform(),
+            ToolFormat::ChatCompletions => {
+                chat_completions_shape(&apply_patch_function()).unwrap_or_default()
+            }
+        });
+    }
     format!("[{}]", items.join(","))
 }
 
@@ -83,7 +127,13 @@ mod tests {
             r#"[{"type":"function","name":"shell","description":"Runs a shell command"#
         ));
         let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
-        assert_eq!(parsed.len(), DEFINITIONS.len());
+        assert_eq!(parsed.len(), DEFINITIONS.len() + 1);
+        let patch = parsed.last().unwrap();
+        assert_eq!(patch["type"], "custom");
+        let grammar = patch["format"]["definition"].as_str().unwrap();
+        assert_eq!(grammar.len(), 578);
+        assert!(grammar.starts_with("start: begin_patch hunk+ end_patch\n"));
+        assert!(json.ends_with(r#""format":{"type":"grammar","syntax":"lark","definition":"start: begin_patch hunk+ end_patch\nbegin_patch: \"*** Begin Patch\" LF\nend_patch: \"*** End Patch\" LF?\n\nhunk: add_hunk | delete_hunk | update_hunk\nadd_hunk: \"*** Add File: \" filename LF add_line+\ndelete_hunk: \"*** Delete File: \" filename LF\nupdate_hunk: \"*** Update File: \" filename LF change_move? change?\n\nfilename: /(.+)/\nadd_line: \"+\" /(.*)/ LF -> line\n\nchange_move: \"*** Move to: \" filename LF\nchange: (change_context | change_line)+ eof_line?\nchange_context: (\"@@\" | \"@@ \" /(.+)/) LF\nchange_line: (\"+\" | \"-\" | \" \") /(.*)/ LF\neof_line: \"*** End of File\" LF\n\n%import common.LF\n"}}]"#));
         for d in DEFINITIONS {
             assert!(json.contains(d.json), "{} stored verbatim", d.name);
             assert!(!d.json.ends_with('\n'));

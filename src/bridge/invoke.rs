@@ -4,7 +4,7 @@
 use crate::tools::shell::{
     self, ShellArgs, ShellCommandArgs, TruncationPolicy, exec_request, unsupported_payload,
 };
-use crate::tools::{ToolContext, ToolError, grep_files, list_dir, read_file};
+use crate::tools::{ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file};
 use serde::de::DeserializeOwned;
 
 /// What goes back to the model.
@@ -36,6 +36,15 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
         "grep_files" => function_call(name, arguments, freeform, |args| {
             grep_files::grep_files(&ctx.cwd, &args).map(|out| (out.model_text(), out.success()))
         }),
+        // The freeform (custom) tool sends the patch itself; the JSON variant wraps it in `input`.
+        "apply_patch" => {
+            let result = if freeform {
+                apply_patch::apply_patch(arguments, &ctx.patch)
+            } else {
+                apply_patch::apply_patch_json(arguments, &ctx.patch)
+            };
+            result.map(|out| (out.model_text(), true))
+        }
         // Codex registers `container.exec` as an alias of `shell`.
         "shell" | "container.exec" => shell_call(ctx, name, arguments, freeform),
         "shell_command" => shell_command_call(ctx, name, arguments, freeform),

@@ -1,6 +1,7 @@
 //! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
 //! win over the file, the file over the defaults.
 
+use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
 use clap::Args;
 use serde::Deserialize;
@@ -93,6 +94,10 @@ pub struct ServeArgs {
     /// danger-full-access. Off by default: such calls are refused.
     #[arg(long)]
     pub allow_escalation: bool,
+    /// A directory of sandbox profiles (`NAME.toml`) replacing or adding to the built-in
+    /// read-only, workspace-write and danger-full-access profiles.
+    #[arg(long, value_name = "DIR")]
+    pub profiles_dir: Option<PathBuf>,
 }
 
 /// The config file's keys (all optional).
@@ -108,6 +113,7 @@ struct FileConfig {
     shutdown_grace: Option<u64>,
     allow_degraded: Option<Vec<String>>,
     allow_escalation: Option<bool>,
+    profiles_dir: Option<PathBuf>,
 }
 
 /// The effective configuration.
@@ -126,6 +132,8 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
     /// Escalated calls may run in danger-full-access.
     pub allow_escalation: bool,
+    /// The sandbox profiles (built-ins plus the operator's directory).
+    pub profiles: ProfileSet,
 }
 
 impl Config {
@@ -202,7 +210,10 @@ impl Config {
                 })?;
             degraded_layers.push(layer);
         }
+        let profiles_dir = args.profiles_dir.clone().or(file.profiles_dir);
+        let profiles = ProfileSet::load(profiles_dir.as_deref())?;
         Ok(Config {
+            profiles,
             allow_escalation: args.allow_escalation || file.allow_escalation.unwrap_or(false),
             degraded_layers,
             config_file: args.config.clone(),

@@ -3,7 +3,8 @@
 
 use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::sessions::Session;
-use crate::sandbox::policy::{Mode, ResourceLimits, SandboxPolicy};
+use crate::sandbox::policy::{Mode, SandboxPolicy};
+use crate::sandbox::profile::{Profile, ProfileSet};
 use crate::sandbox::report::Layer;
 use crate::sandbox::roots::{PolicyError, SessionParams, build_policy};
 use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
@@ -28,17 +29,62 @@ pub struct Executor {
     masked_paths: Vec<PathBuf>,
     /// corral's own state: no writable root may contain it.
     state_paths: Vec<PathBuf>,
+    /// The sandbox profiles sessions may use.
+    profiles: Arc<ProfileSet>,
 }
 
 impl Executor {
-    pub fn new(degraded: Vec<Layer>, state_paths: Vec<PathBuf>) -> Self {
+    pub fn new(degraded: Vec<Layer>, state_paths: Vec<PathBuf>, profiles: ProfileSet) -> Self {
         let mut masked_paths = state_paths.clone();
         masked_paths.extend(RUNTIME_SOCKETS.iter().map(PathBuf::from));
         Self {
             pool: WorkerPool::new(degraded),
             masked_paths,
             state_paths,
+            profiles: Arc::new(profiles),
         }
+    }
+
+    pub fn profiles(&self) -> &ProfileSet {
+        &self.profiles
+    }
+
+    /// The session's profile: the named one (its mode must match the request's, if given) or
+    /// the mode's built-in one. Fills in the session's mode from a named profile.
+    pub fn resolve_profile(
+        &self,
+        session: &mut Session,
+        mode_given: bool,
+    ) -> Result<Profile, Status> {
+        if session.profile.is_empty() {
+            let profile = self.profiles.for_mode(session.mode).clone();
+            session.profile = profile.name.clone();
+            return Ok(profile);
+        }
+        let profile = self
+            .profiles
+            .get(&session.profile)
+            .cloned()
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "profile `{}` does not exist; this daemon has: {}",
+                    session.profile,
+                    self.profiles.names().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+        if mode_given && profile.mode != session.mode {
+            return Err(Status::invalid_argument(format!(
+                "profile `{}` is a {} profile, but mode {} was requested; omit mode or make it match",
+                profile.name,
+                profile.mode.as_str(),
+                session.mode.as_str()
+            )));
+        }
+        session.mode = profile.mode;
+        if profile.mode == Mode::DangerFullAccess {
+            session.network_access = true;
+        }
+        Ok(profile)
     }
 
     pub fn pool(&self) -> &WorkerPool {
@@ -47,6 +93,16 @@ impl Executor {
 
     /// The effective policy of a new session (spec/sandbox.md §2.2–2.3).
     pub fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
+        let profile = match self.profiles.get(&session.profile) {
+            Some(p) if p.mode == session.mode => p.clone(),
+            _ => self.profiles.for_mode(session.mode).clone(),
+        };
+        if session.network_access && !profile.network_allowed {
+            return Err(Status::permission_denied(format!(
+                "sandbox profile `{}` does not allow network access",
+                profile.name
+            )));
+        }
         let params = SessionParams {
             mode: session.mode,
             cwd: session.cwd.clone(),
@@ -61,7 +117,9 @@ impl Executor {
                 .collect(),
             masked_paths: self.masked_paths.clone(),
             identity: None,
-            limits: ResourceLimits::default(),
+            limits: profile.limits.clone(),
+            writable_sources: profile.writable.clone(),
+            protected_names: profile.protected_names.clone(),
         };
         let policy = build_policy(&params).map_err(|e| match e {
             PolicyError::Cwd { .. } | PolicyError::InvalidRoot { .. } => {
@@ -95,6 +153,7 @@ impl Executor {
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
             env: Default::default(),
+            profile: String::new(),
             policy: None,
         };
         let policy = self

@@ -25,7 +25,11 @@ const RESPONSE_FLUSH: Duration = Duration::from_millis(500);
 pub async fn serve(config: Config) -> Result<(), String> {
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
-    let executor = Executor::new(config.degraded_layers.clone(), config.state_paths());
+    let executor = Executor::new(
+        config.degraded_layers.clone(),
+        config.state_paths(),
+        config.profiles.clone(),
+    );
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;

@@ -95,6 +95,8 @@ impl Sessions for CorralService {
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
         session.id = sessions::new_session_id()
             .map_err(|e| Status::internal(format!("cannot draw a random session id: {e}")))?;
+        let mode_given = req.mode != api::SandboxMode::Unspecified as i32;
+        self.executor.resolve_profile(&mut session, mode_given)?;
         let policy = self.executor.policy_for(&session)?;
         let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
             v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
@@ -157,6 +159,7 @@ impl Sessions for CorralService {
             },
             landlock_abi: crate::sandbox::landlock::kernel_abi().unwrap_or(0),
             session_idle_timeout_seconds: self.sessions.idle_timeout().as_secs(),
+            profiles: self.executor.profiles().names().map(String::from).collect(),
             max_sessions: self.sessions.max_sessions() as u64,
         }))
     }
@@ -202,6 +205,20 @@ impl Tools for CorralService {
             .await?
         {
             Reply::GrepFiles(r) => Ok(Response::new(r)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn apply_patch(
+        &self,
+        request: Request<api::ApplyPatchRequest>,
+    ) -> Result<Response<api::ApplyPatchResponse>, Status> {
+        let req = request.into_inner();
+        match self
+            .run(&req.session_id.clone(), Call::ApplyPatch(req))
+            .await?
+        {
+            Reply::ApplyPatch(r) => Ok(Response::new(r)),
             other => Err(unexpected(other)),
         }
     }

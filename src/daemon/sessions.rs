@@ -18,6 +18,8 @@ pub struct Session {
     pub exclude_tmpdir_env_var: bool,
     pub exclude_slash_tmp: bool,
     pub env: BTreeMap<String, String>,
+    /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
+    pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
     pub policy: Option<SandboxPolicy>,
 }
@@ -39,6 +41,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         Ok(api::SandboxMode::ReadOnly) => Mode::ReadOnly,
         Ok(api::SandboxMode::WorkspaceWrite) => Mode::WorkspaceWrite,
         Ok(api::SandboxMode::DangerFullAccess) => Mode::DangerFullAccess,
+        Ok(api::SandboxMode::Unspecified) if !req.profile.is_empty() => Mode::ReadOnly,
         Ok(api::SandboxMode::Unspecified) => {
             return Err(err(
                 "mode",
@@ -100,6 +103,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        profile: req.profile.clone(),
         policy: None,
     })
 }

@@ -11,6 +11,7 @@ pub mod landlock;
 pub mod limits;
 pub mod namespaces;
 pub mod policy;
+pub mod profile;
 pub mod report;
 pub mod roots;
 pub mod seccomp;

@@ -721,6 +721,8 @@ mod tests {
                 masked_paths: Vec::new(),
                 identity: None,
                 limits: Default::default(),
+                writable_sources: crate::sandbox::roots::standard_writable_sources(),
+                protected_names: crate::sandbox::roots::standard_protected_names(),
             }
         }
 

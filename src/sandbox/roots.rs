@@ -7,6 +7,7 @@
 //! bound read-only on top of them, and `protected_missing` feeds the creation watcher (§3.3).
 
 use crate::sandbox::policy::{Identity, Mode, ResourceLimits, SandboxPolicy};
+use crate::sandbox::profile::WritableSource;
 use std::collections::HashSet;
 use std::fmt;
 use std::io;
@@ -33,6 +34,25 @@ pub struct SessionParams {
     pub masked_paths: Vec<PathBuf>,
     pub identity: Option<Identity>,
     pub limits: ResourceLimits,
+    /// Where writable roots come from, in order (the session's profile).
+    pub writable_sources: Vec<WritableSource>,
+    /// Names protected at the top of every writable root (the session's profile).
+    pub protected_names: Vec<String>,
+}
+
+/// The standard workspace-write order of §2.2.
+pub fn standard_writable_sources() -> Vec<WritableSource> {
+    vec![
+        WritableSource::SessionRoots,
+        WritableSource::Cwd,
+        WritableSource::SlashTmp,
+        WritableSource::TmpdirEnv,
+    ]
+}
+
+/// The standard protected names, as owned strings.
+pub fn standard_protected_names() -> Vec<String> {
+    PROTECTED_NAMES.iter().map(|n| n.to_string()).collect()
 }
 
 /// Why a policy could not be built. Every variant is a client-visible refusal of `OpenSession`.
@@ -112,7 +132,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
     }
 
     let (roots, skipped) = writable_roots(params, &cwd)?;
-    let (protected, missing) = protected_paths(&roots)?;
+    let (protected, missing) = protected_paths(&roots, &params.protected_names)?;
     policy.writable_roots = roots;
     policy.skipped_roots = skipped;
     policy.protected_paths = protected;
@@ -126,34 +146,42 @@ fn writable_roots(
     params: &SessionParams,
     cwd: &Path,
 ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
-    let mut candidates: Vec<PathBuf> = params
-        .writable_roots
-        .iter()
-        // A relative root can only sensibly mean "relative to the session's cwd".
-        .map(|r| {
-            if r.is_absolute() {
-                r.clone()
-            } else {
-                cwd.join(r)
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for source in &params.writable_sources {
+        match source {
+            WritableSource::SessionRoots => {
+                // A relative root can only sensibly mean "relative to the session's cwd".
+                candidates.extend(params.writable_roots.iter().map(|r| {
+                    if r.is_absolute() {
+                        r.clone()
+                    } else {
+                        cwd.join(r)
+                    }
+                }));
             }
-        })
-        .collect();
-    candidates.push(cwd.to_path_buf());
-    if !params.exclude_slash_tmp && Path::new("/tmp").is_dir() {
-        candidates.push(PathBuf::from("/tmp"));
-    }
-    if !params.exclude_tmpdir_env_var {
-        // The last assignment wins, as it would for the command's own getenv.
-        let tmpdir = params
-            .env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == "TMPDIR")
-            .map(|(_, v)| v.as_str());
-        if let Some(dir) = tmpdir.filter(|d| !d.is_empty())
-            && Path::new(dir).is_dir()
-        {
-            candidates.push(PathBuf::from(dir));
+            WritableSource::Cwd => candidates.push(cwd.to_path_buf()),
+            WritableSource::SlashTmp => {
+                if !params.exclude_slash_tmp && Path::new("/tmp").is_dir() {
+                    candidates.push(PathBuf::from("/tmp"));
+                }
+            }
+            WritableSource::TmpdirEnv => {
+                if !params.exclude_tmpdir_env_var {
+                    // The last assignment wins, as it would for the command's own getenv.
+                    let tmpdir = params
+                        .env
+                        .iter()
+                        .rev()
+                        .find(|(k, _)| k == "TMPDIR")
+                        .map(|(_, v)| v.as_str());
+                    if let Some(dir) = tmpdir.filter(|d| !d.is_empty())
+                        && Path::new(dir).is_dir()
+                    {
+                        candidates.push(PathBuf::from(dir));
+                    }
+                }
+            }
+            WritableSource::Path(p) => candidates.push(p.clone()),
         }
     }
 
@@ -191,11 +219,14 @@ fn writable_roots(
 }
 
 /// Existing and missing protected paths for every root (§2.3).
-fn protected_paths(roots: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
+fn protected_paths(
+    roots: &[PathBuf],
+    names: &[String],
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
     let mut protected = Vec::new();
     let mut missing = Vec::new();
     for root in roots {
-        for name in PROTECTED_NAMES {
+        for name in names {
             let path = root.join(name);
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(m) => m,
@@ -442,6 +473,8 @@ mod tests {
             masked_paths: Vec::new(),
             identity: None,
             limits: ResourceLimits::default(),
+            writable_sources: standard_writable_sources(),
+            protected_names: standard_protected_names(),
         }
     }
 

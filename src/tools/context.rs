@@ -33,6 +33,8 @@ pub struct ToolContext {
     pub cancel: Arc<AtomicBool>,
     /// Runs commands.
     pub runner: Arc<dyn CommandRunner>,
+    /// Where apply_patch may write (the session's writable roots and protected paths).
+    pub patch: crate::tools::apply_patch::PatchContext,
 }
 
 impl ToolContext {

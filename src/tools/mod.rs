@@ -4,6 +4,7 @@
 //! sandbox, not this code, is what bounds the damage a bug here could do. Every tool follows the
 //! same shape (one file per tool): parse arguments → validate → act → format.
 
+pub mod apply_patch;
 mod context;
 pub mod grep_files;
 pub mod list_dir;

@@ -115,5 +115,12 @@ pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
             protected_missing: Vec::new(),
             sandboxed: false,
         }),
+        patch: crate::tools::apply_patch::PatchContext {
+            cwd: cwd.to_path_buf(),
+            writable_roots: vec![cwd.to_path_buf()],
+            read_only: false,
+            protected_names: vec![".git".into(), ".codex".into(), ".agents".into()],
+            protected_paths: Vec::new(),
+        },
     }
 }

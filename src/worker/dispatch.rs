@@ -6,7 +6,9 @@ use crate::bridge;
 use crate::tools::shell::{
     self, Captured, ExecOutcome, OutputChunk, TruncationPolicy, exec_request,
 };
-use crate::tools::{ErrorKind, ToolContext, ToolError, grep_files, list_dir, read_file};
+use crate::tools::{
+    ErrorKind, ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file,
+};
 use crate::wire::{ToolFailure, worker_reply::Result as Reply, worker_request::Call};
 use crate::worker::commands::SandboxedRunner;
 
@@ -41,6 +43,7 @@ pub fn execute(
         Call::ReadFile(req) => read_file_call(ctx, req).map(Reply::ReadFile),
         Call::ListDir(req) => list_dir_call(ctx, req).map(Reply::ListDir),
         Call::GrepFiles(req) => grep_files_call(ctx, req).map(Reply::GrepFiles),
+        Call::ApplyPatch(req) => apply_patch_call(ctx, req).map(Reply::ApplyPatch),
         Call::Shell(req) => shell_call(ctx, runner, req, stream, emit).map(|resp| {
             if stream {
                 Reply::ShellEvent(api::ShellStreamEvent {
@@ -270,6 +273,45 @@ fn grep_files_call(
                     path: m.path.to_string_lossy().into_owned(),
                     modified_unix_seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
                     modified_nanos: since.subsec_nanos(),
+                }
+            })
+            .collect(),
+    })
+}
+
+fn apply_patch_call(
+    ctx: &ToolContext,
+    req: api::ApplyPatchRequest,
+) -> Result<api::ApplyPatchResponse, ToolError> {
+    let out = apply_patch::apply_patch(&req.patch, &ctx.patch)?;
+    Ok(api::ApplyPatchResponse {
+        text: out.model_text(),
+        warnings: out.warnings.clone(),
+        changes: out
+            .changes
+            .into_iter()
+            .map(|c| {
+                let (kind, moved_from) = match c.kind {
+                    apply_patch::FileChangeKind::Added => {
+                        (api::FileChangeKind::Added, String::new())
+                    }
+                    apply_patch::FileChangeKind::Modified => {
+                        (api::FileChangeKind::Modified, String::new())
+                    }
+                    apply_patch::FileChangeKind::Deleted => {
+                        (api::FileChangeKind::Deleted, String::new())
+                    }
+                    apply_patch::FileChangeKind::Moved { from } => (
+                        api::FileChangeKind::Moved,
+                        from.to_string_lossy().into_owned(),
+                    ),
+                };
+                api::FileChange {
+                    path: c.path.to_string_lossy().into_owned(),
+                    kind: kind as i32,
+                    moved_from,
+                    unified_diff: c.unified_diff,
+                    overwritten: c.overwritten,
                 }
             })
             .collect(),

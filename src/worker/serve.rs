@@ -91,9 +91,47 @@ pub fn worker_main(spec_json: &str) -> i32 {
         shell: crate::tools::shell::default_user_shell(),
         network_disabled: !spec.policy.network,
         default_cwd: spec.policy.cwd.clone(),
+        patch_rules: patch_rules(&spec.policy),
     };
     serve(socket, writer, state);
     0
+}
+
+/// apply_patch's view of the policy: its own up-front checks mirror what the sandbox enforces,
+/// so a refused patch gets Codex's rejection text instead of a half-applied I/O error.
+fn patch_rules(policy: &SandboxPolicy) -> crate::tools::apply_patch::PatchContext {
+    use crate::sandbox::policy::Mode;
+    let unconfined = policy.mode == Mode::DangerFullAccess;
+    crate::tools::apply_patch::PatchContext {
+        cwd: policy.cwd.clone(),
+        writable_roots: if unconfined {
+            vec![PathBuf::from("/")]
+        } else {
+            policy.writable_roots.clone()
+        },
+        read_only: policy.mode == Mode::ReadOnly,
+        protected_names: if unconfined {
+            Vec::new()
+        } else {
+            // The names protected at the top of each root: those that exist (read-only
+            // mounts) and those that do not (creation blocked).
+            let mut names: Vec<String> = policy
+                .protected_paths
+                .iter()
+                .chain(&policy.protected_missing)
+                .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .filter(|n| n.starts_with('.'))
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        },
+        protected_paths: if unconfined {
+            Vec::new()
+        } else {
+            policy.protected_paths.clone()
+        },
+    }
 }
 
 /// What every call of this worker shares.
@@ -102,15 +140,20 @@ struct WorkerState {
     shell: PathBuf,
     network_disabled: bool,
     default_cwd: PathBuf,
+    patch_rules: crate::tools::apply_patch::PatchContext,
 }
 
 impl WorkerState {
     fn context(&self, call: Option<&CallContext>, cancel: Arc<AtomicBool>) -> ToolContext {
+        let cwd = call
+            .map(|c| PathBuf::from(&c.cwd))
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| self.default_cwd.clone());
+        let mut patch = self.patch_rules.clone();
+        patch.cwd = cwd.clone();
         ToolContext {
-            cwd: call
-                .map(|c| PathBuf::from(&c.cwd))
-                .filter(|p| p.is_absolute())
-                .unwrap_or_else(|| self.default_cwd.clone()),
+            patch,
+            cwd,
             env: call
                 .map(|c| c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default(),

@@ -1,0 +1,425 @@
+//! grep_files over gRPC against ripgrep.
+//!
+//! `cargo bench --bench grep -- TREE` (harness = false: `cargo test` never runs it). One run
+//! compares, for a literal and a regex pattern, interleaved round-robin so load drift hits every
+//! command alike:
+//!
+//! - corral: `GrepFiles { pattern, limit: 2000 }` in a read-only session with cwd = TREE, over the
+//!   Unix socket, session opened and channel connected beforehand (the time includes the gRPC round
+//!   trip and the daemon ↔ worker IPC);
+//! - `rg -l --sortr=modified PATTERN TREE` (the command Codex's grep_files runs);
+//! - `rg -l PATTERN TREE` (parallel, unsorted).
+//!
+//! rg's stdout is read into memory (as corral's answer is). Without TREE the tree is
+//! `$CARGO_HOME/registry/src`. Environment: `CORRAL_RG` (ripgrep >= 14; default `rg` on PATH),
+//! `CORRAL_BENCH_RUNS` (default 10), `CORRAL_BENCH_WARMUP` (default 2), `CORRAL_BIN` (daemon binary;
+//! default the `corral` cargo built with this bench).
+
+use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+use tonic::transport::Channel;
+
+const LIMIT: u64 = 2000;
+const PATTERNS: [(&str, &str); 2] = [("literal", "deprecated"), ("regex", r"[A-Z][a-z]+Error\b")];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("grep bench: {msg}");
+    std::process::exit(2);
+}
+
+/// The daemon binary: `$CORRAL_BIN`, else the one cargo built alongside this bench.
+fn corral_bin() -> PathBuf {
+    let path = std::env::var_os("CORRAL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")));
+    if !path.is_file() {
+        fail(&format!(
+            "corral binary not found at {}; run `cargo build --release` first (or set CORRAL_BIN)",
+            path.display()
+        ));
+    }
+    path
+}
+
+/// ripgrep from `$CORRAL_RG` or PATH, version >= 14 (13's `--sortr=modified` is not a global
+/// sort). Returns the binary and its version line.
+fn ripgrep() -> (PathBuf, String) {
+    let rg = std::env::var_os("CORRAL_RG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("rg"));
+    let out = Command::new(&rg)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "cannot run ripgrep ({}): {e}; put ripgrep >= 14 on PATH or set CORRAL_RG \
+             (`cargo install --locked ripgrep --root DIR`)",
+                rg.display()
+            ))
+        });
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let major: u32 = line
+        .strip_prefix("ripgrep ")
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 14 {
+        fail(&format!(
+            "{} is `{line}`; ripgrep >= 14 is required (set CORRAL_RG)",
+            rg.display()
+        ));
+    }
+    (rg, line)
+}
+
+/// A `corral serve` on a Unix socket in a private directory; SIGTERMed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    async fn start() -> Daemon {
+        // The daemon's state must not lie inside a writable root (/tmp is one by default).
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let socket = dir.path().join("corral.sock");
+        let log = dir.path().join("daemon.log");
+        let child = Command::new(corral_bin())
+            .args(["serve", "--log-level", "warn", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn corral serve");
+        let daemon = Daemon {
+            child,
+            socket,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if daemon.socket.exists() && daemon.channel().await.is_ok() {
+                return daemon;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("daemon did not start; log:\n{}", daemon.log_text());
+    }
+
+    async fn channel(&self) -> Result<Channel, String> {
+        corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn open_read_only(&self, cwd: &Path) -> String {
+        let mut env = HashMap::new();
+        if let Ok(path) = std::env::var("PATH") {
+            env.insert("PATH".to_string(), path);
+        }
+        SessionsClient::new(self.channel().await.expect("connect"))
+            .open_session(api::OpenSessionRequest {
+                cwd: cwd.to_string_lossy().into_owned(),
+                mode: api::SandboxMode::ReadOnly as i32,
+                env,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
+            .into_inner()
+            .session_id
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Cmd {
+    Corral,
+    RgSorted,
+    RgUnsorted,
+}
+
+impl Cmd {
+    const ALL: [Cmd; 3] = [Cmd::Corral, Cmd::RgSorted, Cmd::RgUnsorted];
+
+    fn label(self) -> &'static str {
+        match self {
+            Cmd::Corral => "corral GrepFiles (gRPC, limit 2000)",
+            Cmd::RgSorted => "`rg -l --sortr=modified`",
+            Cmd::RgUnsorted => "`rg -l`",
+        }
+    }
+}
+
+/// The result of one run: its wall time and the paths it listed.
+struct Run {
+    took: Duration,
+    paths: Vec<String>,
+    truncated: bool,
+}
+
+struct Bench {
+    tools: ToolsClient<Channel>,
+    session: String,
+    rg: PathBuf,
+    tree: PathBuf,
+}
+
+impl Bench {
+    async fn once(&mut self, cmd: Cmd, pattern: &str) -> Run {
+        match cmd {
+            Cmd::Corral => {
+                let req = api::GrepFilesRequest {
+                    session_id: self.session.clone(),
+                    pattern: pattern.to_string(),
+                    limit: Some(LIMIT),
+                    ..Default::default()
+                };
+                let start = Instant::now();
+                let r = self
+                    .tools
+                    .grep_files(req)
+                    .await
+                    .unwrap_or_else(|s| panic!("grep_files: {s:?}"))
+                    .into_inner();
+                let took = start.elapsed();
+                Run {
+                    took,
+                    paths: r.matches.into_iter().map(|m| m.path).collect(),
+                    truncated: r.truncated,
+                }
+            }
+            Cmd::RgSorted | Cmd::RgUnsorted => {
+                let mut c = Command::new(&self.rg);
+                c.arg("--files-with-matches");
+                if matches!(cmd, Cmd::RgSorted) {
+                    c.arg("--sortr=modified");
+                }
+                c.args(["--no-messages", "--regexp", pattern, "--"])
+                    .arg(&self.tree)
+                    .stdin(Stdio::null())
+                    .stderr(Stdio::null());
+                let start = Instant::now();
+                let out = c.output().expect("run rg");
+                let took = start.elapsed();
+                assert!(
+                    matches!(out.status.code(), Some(0 | 1)),
+                    "rg failed: {:?}",
+                    out.status
+                );
+                Run {
+                    took,
+                    paths: String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .map(str::to_string)
+                        .collect(),
+                    truncated: false,
+                }
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(sorted: &[Duration]) -> Duration {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Checks corral's list against rg's full result set: every path is one rg lists, and the list is
+/// the first `LIMIT` of rg's set ordered by (mtime desc, path asc). Returns a one-line verdict.
+fn check(corral: &Run, rg_all: &[String]) -> String {
+    let set: HashSet<&str> = rg_all.iter().map(String::as_str).collect();
+    let foreign = corral
+        .paths
+        .iter()
+        .filter(|p| !set.contains(p.as_str()))
+        .count();
+    let mut keyed: Vec<(SystemTime, &str)> = rg_all
+        .iter()
+        .map(|p| {
+            let t = std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            (t, p.as_str())
+        })
+        .collect();
+    keyed.sort_by(|a, b| {
+        b.0.cmp(&a.0)
+            .then_with(|| a.1.as_bytes().cmp(b.1.as_bytes()))
+    });
+    let expected: Vec<&str> = keyed.iter().take(LIMIT as usize).map(|(_, p)| *p).collect();
+    let same = expected.len() == corral.paths.len()
+        && expected.iter().zip(&corral.paths).all(|(a, b)| *a == b);
+    format!(
+        "rg lists {} files; corral returned {} (truncated: {}); paths not in rg's set: {}; \
+         equals the first {} of rg's set by (mtime desc, path): {}",
+        rg_all.len(),
+        corral.paths.len(),
+        corral.truncated,
+        foreign,
+        expected.len(),
+        if same { "yes" } else { "NO" }
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let (tree, default_tree) = match args.first() {
+        Some(t) => (PathBuf::from(t), false),
+        None => {
+            let cargo_home = std::env::var_os("CARGO_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+                .unwrap_or_else(|| fail("no TREE given and neither CARGO_HOME nor HOME is set"));
+            (cargo_home.join("registry").join("src"), true)
+        }
+    };
+    let tree = tree
+        .canonicalize()
+        .unwrap_or_else(|e| fail(&format!("tree {}: {e}", tree.display())));
+    if default_tree {
+        println!(
+            "no TREE given: using {} (pass one: `cargo bench --bench grep -- TREE`)",
+            tree.display()
+        );
+    }
+    let runs = env_usize("CORRAL_BENCH_RUNS", 10).max(1);
+    let warmup = env_usize("CORRAL_BENCH_WARMUP", 2);
+    let (rg, rg_version) = ripgrep();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async_main(tree, rg, rg_version, runs, warmup));
+}
+
+async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize, warmup: usize) {
+    let daemon = Daemon::start().await;
+    let session = daemon.open_read_only(&tree).await;
+    let mut bench = Bench {
+        tools: ToolsClient::new(daemon.channel().await.expect("connect")),
+        session,
+        rg: rg.clone(),
+        tree: tree.clone(),
+    };
+    println!(
+        "grep: tree {}; {rg_version} ({}); {runs} measured runs per command after {warmup} \
+         warm-up rounds, interleaved; {} CPUs",
+        tree.display(),
+        rg.display(),
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+
+    for (kind, pattern) in PATTERNS {
+        let load_before = load_average();
+        for _ in 0..warmup {
+            for cmd in Cmd::ALL {
+                bench.once(cmd, pattern).await;
+            }
+        }
+        let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); Cmd::ALL.len()];
+        let mut last: Vec<Option<Run>> = (0..Cmd::ALL.len()).map(|_| None).collect();
+        for i in 0..runs {
+            for k in 0..Cmd::ALL.len() {
+                let j = (i + k) % Cmd::ALL.len();
+                let run = bench.once(Cmd::ALL[j], pattern).await;
+                times[j].push(run.took);
+                last[j] = Some(run);
+            }
+        }
+        let load_after = load_average();
+        for t in &mut times {
+            t.sort();
+        }
+        let corral_med = median(&times[0]);
+        let corral_min = times[0][0];
+        println!();
+        println!("### {kind} `{pattern}` (load average {load_before} -> {load_after})");
+        println!();
+        println!(
+            "| command | median ms | min ms | max ms | corral ÷ this (median) | corral ÷ this (min) |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        for (cmd, t) in Cmd::ALL.iter().zip(&times) {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.2}× | {:.2}× |",
+                cmd.label(),
+                ms(median(t)),
+                ms(t[0]),
+                ms(t[t.len() - 1]),
+                ms(corral_med) / ms(median(t)),
+                ms(corral_min) / ms(t[0]),
+            );
+        }
+        let vs_sorted = ms(corral_med) / ms(median(&times[1]));
+        let vs_unsorted = ms(corral_med) / ms(median(&times[2]));
+        println!();
+        println!(
+            "goals (medians): corral <= 0.45x `rg -l --sortr=modified`: {vs_sorted:.2}x ({}); \
+             corral <= 1.05x `rg -l`: {vs_unsorted:.2}x ({})",
+            if vs_sorted <= 0.45 { "met" } else { "NOT met" },
+            if vs_unsorted <= 1.05 {
+                "met"
+            } else {
+                "NOT met"
+            },
+        );
+        let corral = last[0].as_ref().expect("corral ran");
+        let rg_all = &last[2].as_ref().expect("rg ran").paths;
+        println!("check: {}", check(corral, rg_all));
+    }
+    drop(daemon);
+}

@@ -1,0 +1,422 @@
+//! Spawn latency: a sandboxed `true` through the daemon's typed `Shell` RPC against bare spawns.
+//!
+//! `cargo bench --bench spawn` (harness = false: `cargo test` never runs it). One run measures,
+//! interleaved round-robin so load drift hits every variant alike:
+//!
+//! - bare `/bin/true` (`std::process::Command::status`), the baseline;
+//! - `Shell { command: ["true"] }` in a read-only and in a workspace-write session, over the Unix
+//!   socket, with the session opened and the channel connected beforehand;
+//! - `bwrap --ro-bind / / --unshare-net --unshare-pid true`, if `bwrap` is on PATH;
+//! - bare `/bin/sh -c true`;
+//! - for context: a gRPC health check (daemon round trip only) and a `ReadFile` of a one-line
+//!   file (round trip through the daemon and the worker, no process spawned).
+//!
+//! Environment: `CORRAL_BENCH_N` (measured iterations, default 300), `CORRAL_BENCH_WARMUP`
+//! (default 30), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench).
+
+use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The daemon binary: `$CORRAL_BIN`, else the one cargo built alongside this bench.
+fn corral_bin() -> PathBuf {
+    let path = std::env::var_os("CORRAL_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")));
+    if !path.is_file() {
+        eprintln!(
+            "corral binary not found at {}; run `cargo build --release` first (or set CORRAL_BIN)",
+            path.display()
+        );
+        std::process::exit(2);
+    }
+    path
+}
+
+/// A `corral serve` on a Unix socket in a private directory; SIGTERMed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    async fn start() -> Daemon {
+        // The daemon's state must not lie inside a writable root (/tmp is one by default).
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let socket = dir.path().join("corral.sock");
+        let log = dir.path().join("daemon.log");
+        let child = Command::new(corral_bin())
+            .args(["serve", "--log-level", "warn", "--listen"])
+            .arg(format!("unix:{}", socket.display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn corral serve");
+        let daemon = Daemon {
+            child,
+            socket,
+            log,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if daemon.socket.exists() && daemon.channel().await.is_ok() {
+                return daemon;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("daemon did not start; log:\n{}", daemon.log_text());
+    }
+
+    async fn channel(&self) -> Result<Channel, String> {
+        corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn open(&self, cwd: &Path, mode: api::SandboxMode, exclude_slash_tmp: bool) -> String {
+        let mut env = HashMap::new();
+        if let Ok(path) = std::env::var("PATH") {
+            env.insert("PATH".to_string(), path);
+        }
+        env.insert("HOME".to_string(), cwd.display().to_string());
+        SessionsClient::new(self.channel().await.expect("connect"))
+            .open_session(api::OpenSessionRequest {
+                cwd: cwd.to_string_lossy().into_owned(),
+                mode: mode as i32,
+                exclude_slash_tmp,
+                env,
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
+            .into_inner()
+            .session_id
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn pct(sorted: &[Duration], q: f64) -> Duration {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn run_status(cmd: &mut Command) {
+    let status = cmd.status().expect("spawn");
+    assert!(status.success(), "{cmd:?} failed: {status}");
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    BareTrue,
+    ShellReadOnly,
+    ShellWorkspaceWrite,
+    ShellWorkspaceWriteNoWatch,
+    Bwrap,
+    BareSh,
+    Health,
+    ReadFile,
+}
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::BareTrue => "(a) bare /bin/true",
+            Variant::ShellReadOnly => "(b) Shell `true`, read-only",
+            Variant::ShellWorkspaceWrite => "(b) Shell `true`, workspace-write",
+            Variant::ShellWorkspaceWriteNoWatch => {
+                "(ctx) Shell `true`, workspace-write, no protected-name watcher"
+            }
+            Variant::Bwrap => "(c) bwrap --ro-bind / / --unshare-net --unshare-pid true",
+            Variant::BareSh => "(d) bare /bin/sh -c true",
+            Variant::Health => "(ctx) gRPC health Check (no worker)",
+            Variant::ReadFile => "(ctx) ReadFile 1 line (daemon + worker, no spawn)",
+        }
+    }
+}
+
+struct Bench {
+    tools: ToolsClient<Channel>,
+    health: HealthClient<Channel>,
+    ro: String,
+    ww: String,
+    ww_nowatch: String,
+    small_file: String,
+    /// Wall time the worker reported (`duration_seconds`) per Shell variant.
+    inner: HashMap<&'static str, Vec<Duration>>,
+}
+
+impl Bench {
+    async fn shell(&mut self, session: &str) -> Duration {
+        let req = api::ShellRequest {
+            session_id: session.to_string(),
+            command: vec!["true".to_string()],
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let r = self.tools.shell(req).await.expect("shell").into_inner();
+        let took = start.elapsed();
+        assert_eq!(r.exit_code, 0, "sandboxed `true` failed: {r:?}");
+        let key = if session == self.ro {
+            "ro"
+        } else if session == self.ww {
+            "ww"
+        } else {
+            "ww-nowatch"
+        };
+        self.inner
+            .entry(key)
+            .or_default()
+            .push(Duration::from_secs_f64(r.duration_seconds));
+        took
+    }
+
+    async fn once(&mut self, v: Variant) -> Duration {
+        match v {
+            Variant::BareTrue => {
+                let start = Instant::now();
+                run_status(&mut Command::new("/bin/true"));
+                start.elapsed()
+            }
+            Variant::BareSh => {
+                let start = Instant::now();
+                run_status(Command::new("/bin/sh").args(["-c", "true"]));
+                start.elapsed()
+            }
+            Variant::ShellWorkspaceWriteNoWatch => {
+                let s = self.ww_nowatch.clone();
+                self.shell(&s).await
+            }
+            Variant::Bwrap => {
+                let start = Instant::now();
+                run_status(Command::new("bwrap").args([
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--unshare-net",
+                    "--unshare-pid",
+                    "true",
+                ]));
+                start.elapsed()
+            }
+            Variant::ShellReadOnly => {
+                let s = self.ro.clone();
+                self.shell(&s).await
+            }
+            Variant::ShellWorkspaceWrite => {
+                let s = self.ww.clone();
+                self.shell(&s).await
+            }
+            Variant::Health => {
+                let start = Instant::now();
+                self.health
+                    .check(HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await
+                    .expect("health check");
+                start.elapsed()
+            }
+            Variant::ReadFile => {
+                let req = api::ReadFileRequest {
+                    session_id: self.ro.clone(),
+                    file_path: self.small_file.clone(),
+                    ..Default::default()
+                };
+                let start = Instant::now();
+                self.tools.read_file(req).await.expect("read_file");
+                start.elapsed()
+            }
+        }
+    }
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+fn main() {
+    let n = env_usize("CORRAL_BENCH_N", 300).max(1);
+    let warmup = env_usize("CORRAL_BENCH_WARMUP", 30);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async_main(n, warmup));
+}
+
+async fn async_main(n: usize, warmup: usize) {
+    let bwrap = on_path("bwrap");
+    let mut variants = vec![
+        Variant::BareTrue,
+        Variant::ShellReadOnly,
+        Variant::ShellWorkspaceWrite,
+    ];
+    if bwrap {
+        variants.push(Variant::Bwrap);
+    }
+    variants.extend([
+        Variant::BareSh,
+        Variant::ShellWorkspaceWriteNoWatch,
+        Variant::Health,
+        Variant::ReadFile,
+    ]);
+
+    let daemon = Daemon::start().await;
+    let ro_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let ww_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let small = ro_dir.path().join("one-line.txt");
+    std::fs::write(&small, "hello\n").expect("write");
+    let ro = daemon
+        .open(ro_dir.path(), api::SandboxMode::ReadOnly, false)
+        .await;
+    let ww = daemon
+        .open(ww_dir.path(), api::SandboxMode::WorkspaceWrite, false)
+        .await;
+    // A workspace-write session with nothing for the protected-name watcher to guard: its only
+    // writable root (no /tmp, no $TMPDIR) already has .git, .codex and .agents.
+    let nw_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    for name in [".git", ".codex", ".agents"] {
+        std::fs::create_dir(nw_dir.path().join(name)).expect("mkdir");
+    }
+    let ww_nowatch = daemon
+        .open(nw_dir.path(), api::SandboxMode::WorkspaceWrite, true)
+        .await;
+    let channel = daemon.channel().await.expect("connect");
+    let mut bench = Bench {
+        tools: ToolsClient::new(channel.clone()),
+        health: HealthClient::new(channel),
+        ro,
+        ww,
+        ww_nowatch,
+        small_file: small.display().to_string(),
+        inner: HashMap::new(),
+    };
+
+    let load_before = load_average();
+    // Warm-up (also spawns the per-policy workers), then N measured rounds, each running every
+    // variant once, in a rotating order.
+    for _ in 0..warmup {
+        for &v in &variants {
+            bench.once(v).await;
+        }
+    }
+    bench.inner.clear();
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); variants.len()];
+    let started = Instant::now();
+    for i in 0..n {
+        for k in 0..variants.len() {
+            let j = (i + k) % variants.len();
+            let d = bench.once(variants[j]).await;
+            samples[j].push(d);
+        }
+    }
+    let elapsed = started.elapsed();
+    let load_after = load_average();
+
+    for s in &mut samples {
+        s.sort();
+    }
+    let base = &samples[0];
+    let (b50, b90, b99) = (pct(base, 0.5), pct(base, 0.9), pct(base, 0.99));
+
+    println!();
+    println!(
+        "spawn latency: N={n} per variant after {warmup} warm-up rounds, interleaved; {:.1} s; \
+         load average {load_before} -> {load_after}; {} CPUs",
+        elapsed.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+    if !bwrap {
+        println!("(bwrap not on PATH: variant (c) skipped; `apt-get install -y bubblewrap`)");
+    }
+    println!();
+    println!(
+        "| variant | p50 µs | p90 µs | p99 µs | min µs | p50 ÷ bare | p90 ÷ bare | p99 ÷ bare |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (v, s) in variants.iter().zip(&samples) {
+        let (p50, p90, p99) = (pct(s, 0.5), pct(s, 0.9), pct(s, 0.99));
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2}× | {:.2}× |",
+            v.label(),
+            us(p50),
+            us(p90),
+            us(p99),
+            us(s[0]),
+            us(p50) / us(b50),
+            us(p90) / us(b90),
+            us(p99) / us(b99),
+        );
+    }
+    println!();
+    for (key, label) in [
+        ("ro", "read-only"),
+        ("ww", "workspace-write"),
+        ("ww-nowatch", "workspace-write, no watcher"),
+    ] {
+        if let Some(inner) = bench.inner.get_mut(key) {
+            inner.sort();
+            println!(
+                "worker-reported duration_seconds ({label}): p50 {:.0} µs, p90 {:.0} µs",
+                us(pct(inner, 0.5)),
+                us(pct(inner, 0.9))
+            );
+        }
+    }
+    let ro_ratio = us(pct(&samples[1], 0.5)) / us(b50);
+    let ww_ratio = us(pct(&samples[2], 0.5)) / us(b50);
+    println!();
+    println!(
+        "goal: p50 of Shell `true` <= 1.5x bare spawn: read-only {ro_ratio:.2}x ({}), \
+         workspace-write {ww_ratio:.2}x ({})",
+        if ro_ratio <= 1.5 { "met" } else { "NOT met" },
+        if ww_ratio <= 1.5 { "met" } else { "NOT met" },
+    );
+    drop(daemon);
+}

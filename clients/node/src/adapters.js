@@ -1,0 +1,107 @@
+// Agent-loop adapters: turn a model's tool calls into the items the next request needs, via Invoke.
+
+/**
+ * @typedef {import('./client.js').Session} Session
+ * @typedef {{type: 'function_call', name: string, arguments: string, call_id: string}} FunctionCall
+ * @typedef {{type: 'custom_tool_call', name: string, input: string, call_id: string}} CustomToolCall
+ * @typedef {{type: 'function_call_output', call_id: string, output: string}} FunctionCallOutput
+ * @typedef {{type: 'custom_tool_call_output', call_id: string, output: string}} CustomToolCallOutput
+ * @typedef {{id: string, type: 'function', function: {name: string, arguments: string}}} ChatToolCall
+ * @typedef {{role: 'tool', tool_call_id: string, content: string}} ChatToolMessage
+ */
+
+/** OpenAI Responses API: `function_call` / `custom_tool_call` output items → their outputs. */
+export class ResponsesAdapter {
+  /**
+   * @param {Session} session
+   * @param {{exclude?: string[], onResult?: (call: object, result: import('./client.js').InvokeResult) => void}} [options]
+   *   `exclude`: tool names to leave out of tools(); `onResult`: sees each call's success flag.
+   */
+  constructor(session, options = {}) {
+    this.session = session;
+    this.exclude = options.exclude;
+    this.onResult = options.onResult;
+  }
+
+  /** The list for the request's `tools` field. @returns {Promise<object[]>} */
+  tools() {
+    return this.session.listTools('responses', { exclude: this.exclude });
+  }
+
+  /** Whether an output item is a tool call this adapter handles. */
+  static isToolCall(item) {
+    return item?.type === 'function_call' || item?.type === 'custom_tool_call';
+  }
+
+  /**
+   * Runs one tool call; returns the input item to send back, or null for any other item.
+   * @param {FunctionCall | CustomToolCall | {type: string}} item
+   * @returns {Promise<FunctionCallOutput | CustomToolCallOutput | null>}
+   */
+  async handle(item) {
+    if (item?.type === 'function_call') {
+      const result = await this.session.invoke(item.name, item.arguments ?? '{}', { callId: item.call_id });
+      this.onResult?.(item, result);
+      return { type: 'function_call_output', call_id: item.call_id, output: result.output };
+    }
+    if (item?.type === 'custom_tool_call') {
+      const result = await this.session.invoke(item.name, item.input ?? '', { callId: item.call_id, freeform: true });
+      this.onResult?.(item, result);
+      return { type: 'custom_tool_call_output', call_id: item.call_id, output: result.output };
+    }
+    return null;
+  }
+
+  /**
+   * Runs every tool call among a response's output items, in order.
+   * @param {Array<{type: string}>} items
+   */
+  async handleAll(items) {
+    const out = [];
+    for (const item of items) {
+      const r = await this.handle(item);
+      if (r) out.push(r);
+    }
+    return out;
+  }
+}
+
+/** OpenAI Chat Completions: an assistant message's `tool_calls` → `tool` messages. */
+export class ChatCompletionsAdapter {
+  /** @param {Session} session @param {{exclude?: string[], onResult?: Function}} [options] */
+  constructor(session, options = {}) {
+    this.session = session;
+    this.exclude = options.exclude;
+    this.onResult = options.onResult;
+  }
+
+  /** The list for the request's `tools` field (function tools only). @returns {Promise<object[]>} */
+  tools() {
+    return this.session.listTools('chat', { exclude: this.exclude });
+  }
+
+  /**
+   * @param {ChatToolCall} toolCall
+   * @returns {Promise<ChatToolMessage>}
+   */
+  async handle(toolCall) {
+    if (toolCall?.type !== undefined && toolCall.type !== 'function') {
+      throw new TypeError(`unsupported tool call type: ${toolCall.type}`);
+    }
+    const fn = toolCall.function;
+    const result = await this.session.invoke(fn.name, fn.arguments || '{}', { callId: toolCall.id });
+    this.onResult?.(toolCall, result);
+    return { role: 'tool', tool_call_id: toolCall.id, content: result.output };
+  }
+
+  /**
+   * All `tool` messages answering an assistant message (none if it made no tool calls).
+   * @param {{tool_calls?: ChatToolCall[]}} message
+   * @returns {Promise<ChatToolMessage[]>}
+   */
+  async handleMessage(message) {
+    const out = [];
+    for (const call of message?.tool_calls ?? []) out.push(await this.handle(call));
+    return out;
+  }
+}

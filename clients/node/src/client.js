@@ -1,0 +1,380 @@
+// The corral client: one gRPC channel to a daemon, sessions, typed tool RPCs and the bridge.
+import { homedir } from 'node:os';
+import { isAbsolute, join, resolve } from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { corralPackage } from './proto.js';
+import { fromGrpcError, CorralError, NotFoundError } from './errors.js';
+
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
+const dispose = Symbol.dispose ?? Symbol.for('Symbol.dispose');
+
+const MODES = {
+  'read-only': 'SANDBOX_MODE_READ_ONLY',
+  'workspace-write': 'SANDBOX_MODE_WORKSPACE_WRITE',
+  'danger-full-access': 'SANDBOX_MODE_DANGER_FULL_ACCESS',
+};
+
+const FORMATS = {
+  responses: 'TOOL_FORMAT_RESPONSES',
+  chat: 'TOOL_FORMAT_CHAT_COMPLETIONS',
+  chat_completions: 'TOOL_FORMAT_CHAT_COMPLETIONS',
+  'chat-completions': 'TOOL_FORMAT_CHAT_COMPLETIONS',
+};
+
+const READ_MODES = { slice: 'READ_MODE_SLICE', indentation: 'READ_MODE_INDENTATION' };
+
+const STREAMS = { OUTPUT_STREAM_STDOUT: 'stdout', OUTPUT_STREAM_STDERR: 'stderr' };
+
+/**
+ * @typedef {'read-only'|'workspace-write'|'danger-full-access'} SandboxMode
+ * @typedef {{deadlineMs?: number, signal?: AbortSignal}} CallOptions
+ * @typedef {{head: Buffer, tail: Buffer, totalBytes: number, droppedBytes: number}} CapturedOutput
+ * @typedef {{exitCode: number, signal: number, durationSeconds: number, timedOut: boolean,
+ *   truncated: boolean, sandboxDenied: boolean, stdout: CapturedOutput, stderr: CapturedOutput,
+ *   combined: CapturedOutput, text: string, success: boolean, escalated: boolean}} ShellResult
+ * @typedef {{type: 'begin', argv: string[], cwd: string}
+ *   | {type: 'delta', seq: number, stream: 'stdout'|'stderr', data: Buffer}
+ *   | {type: 'end', result: ShellResult}} ShellEvent
+ * @typedef {{callId: string, output: string, success: boolean}} InvokeResult
+ */
+
+/** The daemon's default socket, as `corral serve` picks it. */
+export function defaultTarget() {
+  if (process.env.CORRAL_SOCKET) return process.env.CORRAL_SOCKET;
+  if (process.getuid?.() === 0) return 'unix:/run/corral/corral.sock';
+  const runtime = process.env.XDG_RUNTIME_DIR;
+  return `unix:${join(runtime || join(homedir(), '.local', 'run'), 'corral', 'corral.sock')}`;
+}
+
+/**
+ * Maps corral's address forms to a grpc-js target: a socket path or `unix:PATH` → `unix:/abs`,
+ * `tcp:HOST:PORT` → `HOST:PORT`; anything else (`HOST:PORT`, `dns:…`) passes through.
+ * @param {string} address
+ * @returns {{target: string, unix: boolean}}
+ */
+export function parseTarget(address) {
+  if (address.startsWith('unix://')) return { target: address, unix: true };
+  if (address.startsWith('unix:')) return { target: `unix:${resolve(address.slice(5))}`, unix: true };
+  if (address.startsWith('tcp:')) return { target: address.slice(4), unix: false };
+  if (isAbsolute(address) || address.startsWith('.') || !address.includes(':')) {
+    return { target: `unix:${resolve(address)}`, unix: true };
+  }
+  return { target: address, unix: false };
+}
+
+function enumValue(table, value, prefix, what) {
+  if (value === undefined || value === null) return undefined;
+  if (table[value]) return table[value];
+  if (typeof value === 'string' && value.startsWith(prefix)) return value;
+  throw new TypeError(`unknown ${what}: ${value} (expected one of ${Object.keys(table).join(', ')})`);
+}
+
+function callOptions(opts) {
+  const out = {};
+  if (opts?.deadlineMs) out.deadline = new Date(Date.now() + opts.deadlineMs);
+  return out;
+}
+
+function unary(stub, method, request, opts = {}) {
+  return new Promise((resolvePromise, reject) => {
+    if (opts.signal?.aborted) {
+      reject(new CorralError('call aborted', { code: 'CANCELLED', grpcCode: grpc.status.CANCELLED }));
+      return;
+    }
+    const onAbort = () => call.cancel();
+    const call = stub[method](request, new grpc.Metadata(), callOptions(opts), (err, res) => {
+      opts.signal?.removeEventListener('abort', onAbort);
+      if (err) reject(fromGrpcError(err));
+      else resolvePromise(res);
+    });
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function dropUndefined(obj) {
+  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined));
+}
+
+function shellRequest(sessionId, command, opts = {}) {
+  const req = {
+    sessionId,
+    workdir: opts.workdir,
+    timeoutMs: opts.timeoutMs,
+    login: opts.login,
+    withEscalatedPermissions: opts.withEscalatedPermissions,
+    justification: opts.justification,
+    truncation: opts.truncation,
+  };
+  if (Array.isArray(command)) req.command = command;
+  else if (typeof command === 'string') req.script = command;
+  else throw new TypeError('shell: command must be an argv array or a script string');
+  return dropUndefined(req);
+}
+
+/** A connection to a corral daemon. */
+export class Client {
+  /**
+   * @param {string} [address] socket path, `unix:PATH`, `tcp:HOST:PORT` or `HOST:PORT`
+   *   (default: $CORRAL_SOCKET or the daemon's default socket)
+   * @param {{tls?: boolean | {rootCerts?: Buffer, privateKey?: Buffer, certChain?: Buffer, serverName?: string},
+   *   credentials?: grpc.ChannelCredentials, channelOptions?: object, deadlineMs?: number}} [options]
+   *   `tls`: use TLS for a TCP address (`true` for the system roots); `credentials` overrides it;
+   *   `deadlineMs`: default per-call deadline.
+   */
+  constructor(address = defaultTarget(), options = {}) {
+    const { target, unix } = parseTarget(address);
+    let credentials = options.credentials;
+    const channelOptions = { ...(options.channelOptions ?? {}) };
+    if (!credentials) {
+      if (options.tls && !unix) {
+        const tls = options.tls === true ? {} : options.tls;
+        credentials = grpc.credentials.createSsl(tls.rootCerts ?? null, tls.privateKey ?? null, tls.certChain ?? null);
+        if (tls.serverName) channelOptions['grpc.ssl_target_name_override'] = tls.serverName;
+      } else {
+        credentials = grpc.credentials.createInsecure();
+      }
+    }
+    const pkg = corralPackage();
+    this.target = target;
+    this.defaultDeadlineMs = options.deadlineMs;
+    this._sessions = new pkg.Sessions(target, credentials, channelOptions);
+    const shared = { ...channelOptions, channelOverride: this._sessions.getChannel() };
+    this._tools = new pkg.Tools(target, credentials, shared);
+    this._bridge = new pkg.Bridge(target, credentials, shared);
+  }
+
+  _opts(opts) {
+    return { deadlineMs: this.defaultDeadlineMs, ...(opts ?? {}) };
+  }
+
+  /**
+   * Resolves once the channel is connected (rejects after timeoutMs).
+   * @param {number} [timeoutMs]
+   */
+  waitForReady(timeoutMs = 10_000) {
+    return new Promise((res, rej) => {
+      this._sessions.waitForReady(new Date(Date.now() + timeoutMs), (err) =>
+        err ? rej(new CorralError(`corral at ${this.target} not ready: ${err.message}`, { code: 'UNAVAILABLE', grpcCode: grpc.status.UNAVAILABLE, cause: err })) : res(),
+      );
+    });
+  }
+
+  /** The daemon's version, tools and sandbox layers. @param {CallOptions} [opts] */
+  capabilities(opts) {
+    return unary(this._sessions, 'getCapabilities', {}, this._opts(opts));
+  }
+
+  /**
+   * Opens a session.
+   * @param {{cwd?: string, mode?: SandboxMode, writableRoots?: string[], networkAccess?: boolean,
+   *   excludeTmpdirEnvVar?: boolean, excludeSlashTmp?: boolean, env?: Record<string, string>}} [settings]
+   *   `cwd` defaults to process.cwd(), `mode` to `workspace-write`; the environment is empty unless given.
+   * @param {CallOptions} [opts]
+   * @returns {Promise<Session>}
+   */
+  async openSession(settings = {}, opts) {
+    const req = dropUndefined({
+      cwd: resolve(settings.cwd ?? process.cwd()),
+      mode: enumValue(MODES, settings.mode ?? 'workspace-write', 'SANDBOX_MODE_', 'sandbox mode'),
+      writableRoots: settings.writableRoots,
+      networkAccess: settings.networkAccess,
+      excludeTmpdirEnvVar: settings.excludeTmpdirEnvVar,
+      excludeSlashTmp: settings.excludeSlashTmp,
+      env: settings.env,
+    });
+    const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
+    return new Session(this, res.sessionId, {
+      writableRoots: res.writableRoots,
+      skippedWritableRoots: res.skippedWritableRoots,
+    });
+  }
+
+  /**
+   * A handle on a session opened elsewhere (e.g. by another client).
+   * @param {string} sessionId
+   */
+  session(sessionId) {
+    return new Session(this, sessionId);
+  }
+
+  /**
+   * The model-facing tool definitions, parsed: the value for the API request's `tools` field.
+   * @param {'responses'|'chat'} [format]
+   * @param {{sessionId?: string, exclude?: string[]} & CallOptions} [opts]
+   * @returns {Promise<object[]>}
+   */
+  async listTools(format = 'responses', opts = {}) {
+    const req = dropUndefined({
+      format: enumValue(FORMATS, format, 'TOOL_FORMAT_', 'tool format'),
+      sessionId: opts.sessionId,
+      exclude: opts.exclude,
+    });
+    const res = await unary(this._bridge, 'listTools', req, this._opts(opts));
+    return JSON.parse(res.toolsJson);
+  }
+
+  /**
+   * Runs one model tool call through the bridge.
+   * @param {{sessionId: string, name: string, arguments?: string | object, callId?: string, freeform?: boolean} & CallOptions} call
+   * @returns {Promise<InvokeResult>}
+   */
+  invoke({ sessionId, name, arguments: args = '{}', callId = '', freeform = false, ...opts }) {
+    if (typeof args !== 'string') {
+      if (freeform) throw new TypeError('invoke: freeform arguments must be a string');
+      args = JSON.stringify(args);
+    }
+    return unary(this._bridge, 'invoke', { sessionId, name, arguments: args, callId, freeform }, this._opts(opts));
+  }
+
+  /** Closes the channel. */
+  close() {
+    this._tools.close();
+    this._bridge.close();
+    this._sessions.close();
+  }
+
+  [dispose]() {
+    this.close();
+  }
+
+  async [asyncDispose]() {
+    this.close();
+  }
+}
+
+/** An open session: every tool call runs in its cwd and sandbox. */
+export class Session {
+  /**
+   * @param {Client} client
+   * @param {string} id
+   * @param {{writableRoots?: string[], skippedWritableRoots?: string[]}} [info]
+   */
+  constructor(client, id, info = {}) {
+    this.client = client;
+    this.id = id;
+    this.writableRoots = info.writableRoots ?? [];
+    this.skippedWritableRoots = info.skippedWritableRoots ?? [];
+    this.closed = false;
+  }
+
+  /**
+   * Reads a file with 1-indexed line numbers.
+   * @param {string} filePath absolute, or relative to the session cwd
+   * @param {{offset?: number, limit?: number, mode?: 'slice'|'indentation',
+   *   indentation?: {anchorLine?: number, maxLevels?: number, includeSiblings?: boolean, includeHeader?: boolean, maxLines?: number}} & CallOptions} [opts]
+   * @returns {Promise<{path: string, lines: {number: number, text: string}[], text: string}>}
+   */
+  readFile(filePath, opts = {}) {
+    const { offset, limit, mode, indentation, ...call } = opts;
+    const req = dropUndefined({
+      sessionId: this.id,
+      filePath,
+      offset,
+      limit,
+      mode: enumValue(READ_MODES, mode, 'READ_MODE_', 'read mode'),
+      indentation,
+    });
+    return unary(this.client._tools, 'readFile', req, this.client._opts(call));
+  }
+
+  /**
+   * Lists a directory breadth-first.
+   * @param {string} dirPath
+   * @param {{offset?: number, limit?: number, depth?: number} & CallOptions} [opts]
+   * @returns {Promise<{absolutePath: string, entries: {relativePath: string, name: string, depth: number, kind: string}[], moreEntries: boolean, text: string}>}
+   */
+  listDir(dirPath, opts = {}) {
+    const { offset, limit, depth, ...call } = opts;
+    const req = dropUndefined({ sessionId: this.id, dirPath, offset, limit, depth });
+    return unary(this.client._tools, 'listDir', req, this.client._opts(call));
+  }
+
+  /**
+   * Finds files whose contents match a regex, newest first.
+   * @param {string} pattern
+   * @param {{include?: string, path?: string, limit?: number} & CallOptions} [opts]
+   * @returns {Promise<{matches: {path: string, modifiedUnixSeconds: number, modifiedNanos: number}[], truncated: boolean, text: string}>}
+   */
+  grepFiles(pattern, opts = {}) {
+    const { include, path, limit, ...call } = opts;
+    const req = dropUndefined({ sessionId: this.id, pattern, include, path, limit });
+    return unary(this.client._tools, 'grepFiles', req, this.client._opts(call));
+  }
+
+  /**
+   * Runs a command: an argv array (execvp) or a script string (the user's shell).
+   * @param {string[] | string} command
+   * @param {{workdir?: string, timeoutMs?: number, login?: boolean, withEscalatedPermissions?: boolean,
+   *   justification?: string, truncation?: {bytes: number} | {tokens: number}} & CallOptions} [opts]
+   * @returns {Promise<ShellResult>}
+   */
+  shell(command, opts = {}) {
+    return unary(this.client._tools, 'shell', shellRequest(this.id, command, opts), this.client._opts(opts));
+  }
+
+  /**
+   * The same as shell(), streaming: a `begin` event, output `delta`s in arrival order, an `end`
+   * event with the result. Breaking out of the loop cancels the command.
+   * @param {string[] | string} command
+   * @param {Parameters<Session['shell']>[1]} [opts]
+   * @returns {AsyncGenerator<ShellEvent>}
+   */
+  async *shellStream(command, opts = {}) {
+    const request = shellRequest(this.id, command, opts);
+    const call = this.client._tools.shellStream(request, new grpc.Metadata(), callOptions(this.client._opts(opts)));
+    const onAbort = () => call.cancel();
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    let finished = false;
+    try {
+      for await (const ev of call) {
+        if (ev.event === 'begin') yield { type: 'begin', argv: ev.begin.argv, cwd: ev.begin.cwd };
+        else if (ev.event === 'delta') {
+          const d = ev.delta;
+          yield { type: 'delta', seq: d.seq, stream: STREAMS[d.stream] ?? 'unspecified', data: d.data };
+        } else if (ev.event === 'end') yield { type: 'end', result: ev.end };
+      }
+      finished = true;
+    } catch (err) {
+      finished = true;
+      throw fromGrpcError(err);
+    } finally {
+      opts.signal?.removeEventListener('abort', onAbort);
+      if (!finished) call.cancel();
+    }
+  }
+
+  /**
+   * Model-facing tool definitions for this session.
+   * @param {'responses'|'chat'} [format]
+   * @param {{exclude?: string[]} & CallOptions} [opts]
+   */
+  listTools(format = 'responses', opts = {}) {
+    return this.client.listTools(format, { ...opts, sessionId: this.id });
+  }
+
+  /**
+   * Runs one model tool call through the bridge: exactly what Codex would send back to the model.
+   * @param {string} name the tool name the model called
+   * @param {string | object} [args] the JSON arguments (object or string), or the raw freeform input
+   * @param {{callId?: string, freeform?: boolean} & CallOptions} [opts]
+   * @returns {Promise<InvokeResult>}
+   */
+  invoke(name, args = '{}', opts = {}) {
+    return this.client.invoke({ ...opts, sessionId: this.id, name, arguments: args });
+  }
+
+  /** Closes the session (idempotent; an already expired session counts as closed). */
+  async close(opts) {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      await unary(this.client._sessions, 'closeSession', { sessionId: this.id }, this.client._opts(opts));
+    } catch (err) {
+      if (!(err instanceof NotFoundError)) throw err;
+    }
+  }
+
+  async [asyncDispose]() {
+    await this.close();
+  }
+}

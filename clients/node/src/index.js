@@ -1,0 +1,20 @@
+// @corral/client: a thin Node.js client for corral.
+export { Client, Session, defaultTarget, parseTarget } from './client.js';
+export { ResponsesAdapter, ChatCompletionsAdapter } from './adapters.js';
+export {
+  CorralError,
+  InvalidArgumentError,
+  NotFoundError,
+  PermissionDeniedError,
+  ResourceExhaustedError,
+  FailedPreconditionError,
+  DeadlineExceededError,
+  UnavailableError,
+  CancelledError,
+  InternalError,
+  UnimplementedError,
+  StatusName,
+  decodeStatusDetails,
+  fromGrpcError,
+} from './errors.js';
+export { protoDir, corralPackage } from './proto.js';

@@ -1,0 +1,231 @@
+// The typed API against a real daemon: sessions, typed tool RPCs, streaming, errors.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  Client,
+  CorralError,
+  InvalidArgumentError,
+  NotFoundError,
+  parseTarget,
+} from '../src/index.js';
+import * as h from './helpers.js';
+
+const ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+describe('parseTarget', () => {
+  test('maps corral address forms to grpc-js targets', () => {
+    assert.deepEqual(parseTarget('unix:/run/c.sock'), { target: 'unix:/run/c.sock', unix: true });
+    assert.deepEqual(parseTarget('/run/c.sock'), { target: 'unix:/run/c.sock', unix: true });
+    assert.deepEqual(parseTarget('tcp:127.0.0.1:7000'), { target: '127.0.0.1:7000', unix: false });
+    assert.deepEqual(parseTarget('localhost:7000'), { target: 'localhost:7000', unix: false });
+    assert.equal(parseTarget('unix:rel.sock').target, `unix:${join(process.cwd(), 'rel.sock')}`);
+  });
+});
+
+describe('against a daemon', () => {
+  let daemon;
+  let client;
+  let ws;
+  let session;
+  before(async () => {
+    daemon = await h.startDaemon();
+    client = new Client(`unix:${daemon.socket}`, { deadlineMs: 30_000 });
+    ws = h.makeWorkspace({
+      'a.txt': 'alpha\nbeta\ngamma\n',
+      'src/lib.rs': 'fn main() {\n    println!("hi");\n}\n',
+      'src/mod/deep.rs': '// deep\n',
+    });
+    session = await client.openSession({ cwd: ws, mode: 'workspace-write', excludeSlashTmp: true, env: { ...ENV, HOME: ws } });
+  });
+  after(async () => {
+    await session?.close();
+    client?.close();
+    await daemon?.stop();
+    if (ws) h.removeWorkspace(ws);
+  });
+
+  test('capabilities', async () => {
+    const caps = await client.capabilities();
+    assert.equal(caps.apiVersion, 'corral.v1');
+    assert.ok(caps.tools.includes('read_file'), caps.tools.join());
+    assert.ok(caps.layers.length > 0);
+  });
+
+  test('session ids and writable roots', () => {
+    assert.match(session.id, /^[0-9a-f]{32}$/);
+    assert.ok(session.writableRoots.includes(ws), session.writableRoots.join());
+  });
+
+  test('readFile', async () => {
+    const r = await session.readFile('a.txt', { offset: 2, limit: 2 });
+    assert.equal(r.path, join(ws, 'a.txt'));
+    assert.deepEqual(r.lines, [{ number: 2, text: 'beta' }, { number: 3, text: 'gamma' }]);
+    assert.equal(r.text, 'L2: beta\nL3: gamma');
+    const ind = await session.readFile('src/lib.rs', { mode: 'indentation', offset: 2, indentation: { includeSiblings: true } });
+    assert.ok(ind.text.includes('L2:     println!("hi");'), ind.text);
+  });
+
+  test('readFile errors are typed', async () => {
+    await assert.rejects(session.readFile('nope.txt'), (err) => {
+      assert.ok(err instanceof NotFoundError);
+      assert.ok(err instanceof CorralError);
+      assert.equal(err.code, 'NOT_FOUND');
+      assert.equal(err.message, 'failed to read file: No such file or directory (os error 2)');
+      return true;
+    });
+    await assert.rejects(session.readFile('a.txt', { offset: 0 }), (err) => {
+      assert.ok(err instanceof InvalidArgumentError, String(err));
+      assert.equal(err.code, 'INVALID_ARGUMENT');
+      return true;
+    });
+  });
+
+  test('listDir', async () => {
+    const r = await session.listDir('.', { depth: 3 });
+    assert.equal(r.moreEntries, false);
+    assert.deepEqual(
+      r.entries.map((e) => [e.relativePath, e.kind, e.depth]),
+      [
+        ['a.txt', 'ENTRY_KIND_FILE', 0],
+        ['src', 'ENTRY_KIND_DIRECTORY', 0],
+        ['src/lib.rs', 'ENTRY_KIND_FILE', 1],
+        ['src/mod', 'ENTRY_KIND_DIRECTORY', 1],
+        ['src/mod/deep.rs', 'ENTRY_KIND_FILE', 2],
+      ],
+    );
+    assert.ok(r.text.startsWith(`Absolute path: ${ws}/.\n`), r.text);
+    const page = await session.listDir(ws, { limit: 1, depth: 1 });
+    assert.equal(page.moreEntries, true);
+    assert.equal(page.entries.length, 1);
+  });
+
+  test('grepFiles', async () => {
+    const r = await session.grepFiles('println', { include: '*.rs' });
+    assert.deepEqual(r.matches.map((m) => m.path), [join(ws, 'src/lib.rs')]);
+    assert.ok(r.matches[0].modifiedUnixSeconds > 1_600_000_000);
+    assert.equal(r.truncated, false);
+    assert.equal(r.text, join(ws, 'src/lib.rs'));
+    const none = await session.grepFiles('zzz_nothing_zzz');
+    assert.deepEqual(none.matches, []);
+    assert.equal(none.text, 'No matches found.');
+  });
+
+  test('shell: argv and script', async () => {
+    const r = await session.shell(['bash', '-c', 'echo out; echo err >&2; exit 4']);
+    assert.equal(r.exitCode, 4);
+    assert.equal(r.success, false);
+    assert.equal(r.stdout.head.toString(), 'out\n');
+    assert.equal(r.stderr.head.toString(), 'err\n');
+    assert.equal(r.stdout.totalBytes, 4);
+    assert.ok(r.text.startsWith('{"output":'), r.text);
+    const s = await session.shell('echo "$HOME"', { login: false });
+    assert.equal(s.exitCode, 0);
+    assert.equal(s.success, true);
+    assert.equal(s.stdout.head.toString(), `${ws}\n`);
+    assert.match(s.text, /^Exit code: 0\nWall time: [0-9.]+ seconds\nOutput:\n/);
+    writeFileSync(join(ws, 'written-by-test.txt'), 'x');
+    const w = await session.shell(['cat', 'written-by-test.txt'], { workdir: ws });
+    assert.equal(w.stdout.head.toString(), 'x');
+  });
+
+  test('shell timeout', async () => {
+    const r = await session.shell(['sleep', '5'], { timeoutMs: 200 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.exitCode, 124);
+  });
+
+  test('shellStream yields begin, ordered deltas, end', async () => {
+    const events = [];
+    for await (const ev of session.shellStream(['bash', '-c', 'for i in 1 2 3; do echo line$i; done'])) events.push(ev);
+    assert.equal(events[0].type, 'begin');
+    assert.ok(events[0].argv.includes('bash'), events[0].argv.join(' '));
+    const end = events.at(-1);
+    assert.equal(end.type, 'end');
+    assert.equal(end.result.exitCode, 0);
+    const deltas = events.filter((e) => e.type === 'delta');
+    assert.deepEqual(deltas.map((d) => d.seq), deltas.map((_, i) => i));
+    assert.ok(deltas.every((d) => d.stream === 'stdout'));
+    assert.equal(Buffer.concat(deltas.map((d) => d.data)).toString(), 'line1\nline2\nline3\n');
+  });
+
+  test('breaking out of shellStream cancels the command', async () => {
+    const started = Date.now();
+    for await (const ev of session.shellStream(['bash', '-c', 'echo ready; sleep 30'])) {
+      if (ev.type === 'delta') break;
+    }
+    assert.ok(Date.now() - started < 10_000);
+  });
+
+  test('listTools in both shapes', async () => {
+    const responses = await client.listTools('responses');
+    assert.ok(responses.some((t) => t.type === 'function' && t.name === 'list_dir'));
+    const chat = await session.listTools('chat');
+    assert.ok(chat.every((t) => t.type === 'function' && t.function.name));
+    const excluded = await session.listTools('responses', { exclude: ['grep_files'] });
+    assert.ok(!excluded.some((t) => t.name === 'grep_files'));
+  });
+
+  test('invoke: object or string arguments, call id echoed', async () => {
+    const r = await session.invoke('read_file', { file_path: 'a.txt', limit: 1 }, { callId: 'c1' });
+    assert.deepEqual(r, { callId: 'c1', output: 'L1: alpha', success: true });
+    const s = await session.invoke('read_file', '{"file_path":"a.txt","offset":3}', { callId: 'c2' });
+    assert.deepEqual(s, { callId: 'c2', output: 'L3: gamma', success: true });
+    const bad = await session.invoke('read_file', '{}');
+    assert.equal(bad.success, false);
+    assert.equal(bad.output, 'failed to parse function arguments: missing field `file_path` at line 1 column 2');
+    const raw = await client.invoke({ sessionId: session.id, name: 'grep_files', arguments: { pattern: 'alpha' }, callId: 'c3' });
+    assert.deepEqual(raw, { callId: 'c3', output: join(ws, 'a.txt'), success: true });
+  });
+
+  test('open errors carry the BadRequest detail', async () => {
+    await assert.rejects(client.openSession({ cwd: join(ws, 'a.txt'), mode: 'read-only' }), (err) => {
+      assert.ok(err instanceof InvalidArgumentError, String(err));
+      assert.match(err.message, /is not a directory/);
+      assert.equal(err.details[0]?.type, 'google.rpc.BadRequest', JSON.stringify(err.details));
+      assert.ok(err.fieldViolations.length > 0);
+      assert.equal(err.fieldViolations[0].field, 'cwd');
+      return true;
+    });
+    await assert.rejects(
+      client.openSession({ cwd: ws, mode: 'workspace-write', writableRoots: ['relative'], excludeSlashTmp: true }),
+      (err) => err instanceof InvalidArgumentError && err.fieldViolations[0].field.startsWith('writable_roots'),
+    );
+    await assert.rejects(client.openSession({ cwd: ws, mode: 'yolo' }), TypeError);
+  });
+
+  test('close and Symbol.asyncDispose; closed sessions are NOT_FOUND', async () => {
+    const s = await client.openSession({ cwd: ws, mode: 'read-only' });
+    await s[Symbol.asyncDispose]();
+    assert.equal(s.closed, true);
+    await s.close(); // idempotent
+    await assert.rejects(s.readFile('a.txt'), NotFoundError);
+    await assert.rejects(client.session(s.id).close().then(() => client.session(s.id).listDir('.')), (err) => {
+      assert.equal(err.code, 'NOT_FOUND');
+      assert.match(err.message, /not found/);
+      return true;
+    });
+  });
+
+  test('a deadline cancels a slow call', async () => {
+    await assert.rejects(session.shell(['sleep', '3'], { deadlineMs: 200 }), (err) => err.code === 'DEADLINE_EXCEEDED');
+  });
+
+  test('an aborted signal cancels a call', async () => {
+    const ac = new AbortController();
+    const p = session.shell(['sleep', '3'], { signal: ac.signal });
+    setTimeout(() => ac.abort(), 100);
+    await assert.rejects(p, (err) => err.code === 'CANCELLED');
+  });
+});
+
+test('an unreachable daemon is UNAVAILABLE', async () => {
+  const c = new Client('unix:/nonexistent/corral-node-test.sock');
+  try {
+    await assert.rejects(c.waitForReady(300), (err) => err instanceof CorralError && err.code === 'UNAVAILABLE');
+    await assert.rejects(c.capabilities({ deadlineMs: 2000 }), (err) => err.code === 'UNAVAILABLE' || err.code === 'DEADLINE_EXCEEDED');
+  } finally {
+    c.close();
+  }
+});

@@ -1,0 +1,131 @@
+// Test harness: a real `corral serve` on a temporary Unix socket, temporary workspaces, the shared
+// transcript fixture.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '../src/index.js';
+
+export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const REPO_ROOT = resolve(PACKAGE_ROOT, '..', '..');
+export const FIXTURE = join(REPO_ROOT, 'clients', 'fixtures', 'transcript.json');
+export const PLACEHOLDER = '@WORKSPACE@';
+
+/** The corral binary: $CORRAL_BIN, else target/debug/corral (built with cargo if missing). */
+export function corralBin() {
+  if (process.env.CORRAL_BIN) return process.env.CORRAL_BIN;
+  const bin = join(REPO_ROOT, 'target', 'debug', 'corral');
+  if (!existsSync(bin)) {
+    const r = spawnSync('cargo', ['build'], { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+    if (r.status !== 0 || !existsSync(bin)) throw new Error(`cargo build failed (status ${r.status})`);
+  }
+  return bin;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Starts a daemon. Its state directory and the workspaces are siblings under the temp dir; sessions
+ * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state.
+ */
+export async function startDaemon() {
+  const dir = mkdtempSync(join(tmpdir(), 'corral-node-daemon-'));
+  const socket = join(dir, 'corral.sock');
+  const logPath = join(dir, 'daemon.log');
+  const log = openSync(logPath, 'w');
+  const proc = spawn(corralBin(), ['serve', '--listen', `unix:${socket}`], { stdio: ['ignore', 'ignore', log] });
+  closeSync(log);
+  const reap = () => proc.kill('SIGKILL');
+  process.once('exit', reap);
+  let exited = false;
+  const exitPromise = new Promise((r) => proc.once('exit', () => { exited = true; r(); }));
+  const deadline = Date.now() + 20_000;
+  while (!existsSync(socket)) {
+    if (exited || Date.now() > deadline) {
+      throw new Error(`daemon did not start; log:\n${readFileSync(logPath, 'utf8')}`);
+    }
+    await sleep(20);
+  }
+  const probe = new Client(`unix:${socket}`);
+  try {
+    await probe.waitForReady(10_000);
+  } finally {
+    probe.close();
+  }
+  return {
+    socket,
+    dir,
+    log: () => readFileSync(logPath, 'utf8'),
+    async stop() {
+      if (!exited) {
+        proc.kill('SIGTERM');
+        const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
+        await exitPromise;
+        clearTimeout(timer);
+      }
+      process.removeListener('exit', reap);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A fresh workspace with the given files (relative path → content); returns its canonical path. */
+export function makeWorkspace(files = {}) {
+  const ws = realpathSync(mkdtempSync(join(tmpdir(), 'corral-node-ws-')));
+  for (const [rel, content] of Object.entries(files)) {
+    const p = join(ws, rel);
+    mkdirSync(dirname(p), { recursive: true });
+    writeFileSync(p, content);
+  }
+  return ws;
+}
+
+export function removeWorkspace(ws) {
+  rmSync(ws, { recursive: true, force: true });
+}
+
+/** Replaces the workspace placeholder everywhere in a JSON-like value. */
+export function substitute(value, ws) {
+  if (typeof value === 'string') return value.split(PLACEHOLDER).join(ws);
+  if (Array.isArray(value)) return value.map((v) => substitute(v, ws));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, substitute(v, ws)]));
+  }
+  return value;
+}
+
+/** The only run-dependent numbers in the model text: wall times. */
+export function normalize(text) {
+  return text
+    .replace(/"duration_seconds":[0-9.eE+-]+/g, '"duration_seconds":0.0')
+    .replace(/Wall time: [0-9.]+ seconds/g, 'Wall time: 0 seconds');
+}
+
+/** The item with its output normalised (output items and chat tool messages alike). */
+export function normalizeItem(item) {
+  if (!item) return item;
+  const out = { ...item };
+  if (typeof out.output === 'string') out.output = normalize(out.output);
+  if (typeof out.content === 'string') out.content = normalize(out.content);
+  return out;
+}
+
+export function loadFixture() {
+  return JSON.parse(readFileSync(FIXTURE, 'utf8'));
+}
+
+const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
+/** The fixture's session settings (snake_case OpenSessionRequest fields) for Client.openSession. */
+export function sessionSettings(fixture, ws) {
+  const settings = { cwd: ws };
+  for (const [k, v] of Object.entries(substitute(fixture.session ?? {}, ws))) settings[camel(k)] = v;
+  return settings;
+}
+
+/** Whether the daemon wires apply_patch through Invoke yet (probes with an empty patch). */
+export async function applyPatchSupported(session) {
+  const r = await session.invoke('apply_patch', '*** Begin Patch\n*** End Patch\n', { freeform: true, callId: 'probe' });
+  return !r.output.startsWith('unsupported call: apply_patch');
+}

@@ -1,0 +1,102 @@
+"""Adapters between OpenAI-style model output and corral's bridge.
+
+The adapters know nothing about the individual tools: they forward each call to ``Invoke`` and wrap
+corral's answer (exactly what Codex would send back) in the item the API expects next.
+
+Items may be plain dicts or the OpenAI SDK's objects (anything with the same attributes); the
+adapters always return plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .client import Session
+
+__all__ = ["ResponsesAdapter", "ChatCompletionsAdapter"]
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _require(obj: Any, key: str, kind: str) -> Any:
+    value = _get(obj, key)
+    if value is None:
+        raise ValueError(f"{kind} has no {key!r}")
+    return value
+
+
+class ResponsesAdapter:
+    """Tools and tool-call handling for the OpenAI Responses API.
+
+    ``tools()`` is the request's ``tools`` list (function tools plus the freeform ``apply_patch``);
+    ``handle(item)`` runs a ``function_call`` or ``custom_tool_call`` output item and returns the
+    ``function_call_output`` / ``custom_tool_call_output`` input item for the next request.
+    """
+
+    TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
+
+    def __init__(self, session: Session, *, exclude: Sequence[str] = ()):
+        self.session = session
+        self.exclude = tuple(exclude)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.session.list_tools("responses", exclude=self.exclude)
+
+    def is_tool_call(self, item: Any) -> bool:
+        return _get(item, "type") in self.TOOL_CALL_TYPES
+
+    def handle(self, item: Any) -> dict[str, Any]:
+        kind = _get(item, "type")
+        call_id = _require(item, "call_id", kind or "item")
+        name = _require(item, "name", kind or "item")
+        if kind == "function_call":
+            resp = self.session.invoke(name, _get(item, "arguments") or "{}", call_id=call_id)
+            return {"type": "function_call_output", "call_id": call_id, "output": resp.output}
+        if kind == "custom_tool_call":
+            resp = self.session.invoke(name, _get(item, "input") or "", call_id=call_id, freeform=True)
+            return {"type": "custom_tool_call_output", "call_id": call_id, "output": resp.output}
+        raise ValueError(f"not a tool call item: type {kind!r}")
+
+    def handle_all(self, items: Iterable[Any]) -> list[dict[str, Any]]:
+        """The output items for every tool call among ``items`` (other items are skipped), in order."""
+        return [self.handle(item) for item in items if self.is_tool_call(item)]
+
+
+class ChatCompletionsAdapter:
+    """Tools and tool-call handling for the Chat Completions API.
+
+    ``tools()`` is the request's ``tools`` list (function tools; ``apply_patch`` in its JSON form);
+    ``handle(tool_call)`` runs one entry of an assistant message's ``tool_calls`` and returns the
+    ``{"role": "tool", ...}`` message that answers it.
+    """
+
+    def __init__(self, session: Session, *, exclude: Sequence[str] = ()):
+        self.session = session
+        self.exclude = tuple(exclude)
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.session.list_tools("chat", exclude=self.exclude)
+
+    def handle(self, tool_call: Any) -> dict[str, Any]:
+        call_id = _require(tool_call, "id", "tool call")
+        kind = _get(tool_call, "type", "function")
+        if kind == "function":
+            fn = _require(tool_call, "function", "tool call")
+            name = _require(fn, "name", "tool call function")
+            resp = self.session.invoke(name, _get(fn, "arguments") or "{}", call_id=call_id)
+        elif kind == "custom":
+            custom = _require(tool_call, "custom", "tool call")
+            name = _require(custom, "name", "custom tool call")
+            resp = self.session.invoke(name, _get(custom, "input") or "", call_id=call_id, freeform=True)
+        else:
+            raise ValueError(f"unsupported tool call type {kind!r}")
+        return {"role": "tool", "tool_call_id": call_id, "content": resp.output}
+
+    def handle_message(self, message: Any) -> list[dict[str, Any]]:
+        """The tool messages answering every tool call of an assistant message (none: ``[]``)."""
+        return [self.handle(tc) for tc in (_get(message, "tool_calls") or [])]

@@ -1,0 +1,276 @@
+//! The `apply_patch` tool: Codex's patch language, applied atomically (spec/tools.md §5).
+//!
+//! Pipeline: [`parse_patch`] → verify every hunk over a virtual tree (`apply::verify`) → check
+//! every target against the session's writable roots and protected paths (`paths`) → commit each
+//! file through a temporary file and rename, rolling everything back on an I/O error
+//! (`apply::commit`). Nothing on disk changes unless the whole patch applies.
+//!
+//! Files: `parser` (the patch language), `seek_sequence` (the four-pass matcher), `update` (new
+//! content of an updated file, line endings), `paths` (resolution and sandbox rules), `apply`
+//! (verification, commit, rollback), `fault` (test-only failure injection), `invocation`
+//! (recognising apply_patch sent as a command).
+
+mod apply;
+pub mod invocation;
+mod parser;
+mod paths;
+mod seek_sequence;
+mod update;
+
+#[cfg(test)]
+mod fault;
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod scenario_tests;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{ErrorKind, ToolError};
+
+pub use parser::{Hunk, ParseError, Patch, UpdateChunk, parse_patch};
+pub use paths::{OUTSIDE_REJECTION, READ_ONLY_REJECTION};
+pub use seek_sequence::seek_sequence;
+
+/// Arguments of the JSON (function) variant of the tool: `{"input": "<patch>"}`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct ApplyPatchArgs {
+    pub input: String,
+}
+
+/// The session facts apply_patch needs.
+#[derive(Debug, Clone)]
+pub struct PatchContext {
+    /// The session's working directory; relative patch paths are joined to it.
+    pub cwd: PathBuf,
+    /// Canonical writable roots; every target must resolve inside one of them.
+    pub writable_roots: Vec<PathBuf>,
+    /// A read-only session rejects every patch.
+    pub read_only: bool,
+    /// Names protected at the top of each writable root (`.git`, `.codex`, `.agents`).
+    pub protected_names: Vec<String>,
+    /// Extra read-only paths (e.g. a worktree's gitdir).
+    pub protected_paths: Vec<PathBuf>,
+}
+
+/// What a hunk did to its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileChangeKind {
+    /// `A`: an Add hunk (possibly overwriting an existing file).
+    Added,
+    /// `M`: an Update hunk in place (including a move onto the source itself).
+    Modified,
+    /// `D`: a Delete hunk.
+    Deleted,
+    /// `M` (destination): an Update hunk with `Move to`; `from` is the source (`cwd.join` form).
+    Moved { from: PathBuf },
+}
+
+/// One line of the result: one per hunk, in patch order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    /// The file as `cwd.join(path)` (the destination for a move).
+    pub path: PathBuf,
+    /// The path as spelled in the patch (the destination for a move); used in the summary.
+    pub spelled: String,
+    pub kind: FileChangeKind,
+    /// Unified diff (context 1, no header) between the content before and after this hunk.
+    pub unified_diff: String,
+    /// An existing file was replaced by an Add or by a move's destination (§5.7.5).
+    pub overwritten: bool,
+}
+
+/// A successful patch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApplyPatchOutput {
+    pub changes: Vec<FileChange>,
+    /// Warnings for the typed result (e.g. apply_patch requested through a shell tool).
+    pub warnings: Vec<String>,
+    /// Wall time of the call, rounded to one decimal.
+    pub duration_seconds: f32,
+}
+
+impl ApplyPatchOutput {
+    /// The library/CLI summary: `Success. Updated the following files:\n` then `A`, `M`, `D`
+    /// lines grouped in that order, each in patch order, each ending with `\n`.
+    pub fn summary(&self) -> String {
+        let mut out = String::from("Success. Updated the following files:\n");
+        for letter in ['A', 'M', 'D'] {
+            for change in &self.changes {
+                let l = match change.kind {
+                    FileChangeKind::Added => 'A',
+                    FileChangeKind::Modified | FileChangeKind::Moved { .. } => 'M',
+                    FileChangeKind::Deleted => 'D',
+                };
+                if l == letter {
+                    out.push(letter);
+                    out.push(' ');
+                    out.push_str(&change.spelled);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// The model text: the summary in the structured exec format (§5.8, §6.3) with exit code 0.
+    pub fn model_text(&self) -> String {
+        structured(&self.summary(), 0, self.duration_seconds)
+    }
+
+    /// Paths replaced by an Add or a move (for the typed result and the audit log).
+    pub fn overwritten_paths(&self) -> Vec<PathBuf> {
+        self.changes
+            .iter()
+            .filter(|c| c.overwritten)
+            .map(|c| c.path.clone())
+            .collect()
+    }
+}
+
+#[derive(Serialize)]
+struct Structured<'a> {
+    output: &'a str,
+    metadata: Metadata,
+}
+
+#[derive(Serialize)]
+struct Metadata {
+    exit_code: i32,
+    duration_seconds: f32,
+}
+
+/// `{"output":…,"metadata":{"exit_code":…,"duration_seconds":…}}` (§6.3), compact.
+fn structured(output: &str, exit_code: i32, duration_seconds: f32) -> String {
+    let value = Structured {
+        output,
+        metadata: Metadata {
+            exit_code,
+            duration_seconds,
+        },
+    };
+    serde_json::to_string(&value).unwrap_or_default()
+}
+
+fn rounded_secs(started: Instant) -> f32 {
+    ((started.elapsed().as_secs_f64() * 10.0).round() / 10.0) as f32
+}
+
+/// Applies a patch given as the JSON variant's `arguments` string.
+pub fn apply_patch_json(
+    arguments: &str,
+    ctx: &PatchContext,
+) -> Result<ApplyPatchOutput, ToolError> {
+    let args: ApplyPatchArgs = serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))?;
+    apply_patch(&args.input, ctx)
+}
+
+/// Parses, verifies, checks and atomically applies `input`. The error's message is the exact
+/// model text: plain for parse, verification and policy failures, structured (exit code 1) for
+/// commit-stage failures.
+pub fn apply_patch(input: &str, ctx: &PatchContext) -> Result<ApplyPatchOutput, ToolError> {
+    let started = Instant::now();
+    let patch = parse_patch(input)
+        .map_err(|e| ToolError::invalid(format!("apply_patch verification failed: {e}")))?;
+    let plan = apply::verify(&patch, ctx)?;
+    if ctx.read_only {
+        return Err(ToolError::new(
+            ErrorKind::PermissionDenied,
+            READ_ONLY_REJECTION,
+        ));
+    }
+    for (resolved, display) in &plan.targets {
+        paths::check_target(resolved.as_deref(), display, ctx)?;
+    }
+    if patch.hunks.is_empty() {
+        return Err(ToolError::invalid(structured(
+            "No files were modified.\n",
+            1,
+            rounded_secs(started),
+        )));
+    }
+    apply::commit(&plan)
+        .map_err(|e| ToolError::new(e.kind, structured(&e.text, 1, rounded_secs(started))))?;
+    Ok(ApplyPatchOutput {
+        changes: plan.changes,
+        warnings: Vec::new(),
+        duration_seconds: rounded_secs(started),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_format() {
+        assert_eq!(
+            structured(
+                "Success. Updated the following files:\nM src/app.ts\n",
+                0,
+                0.0
+            ),
+            r#"{"output":"Success. Updated the following files:\nM src/app.ts\n","metadata":{"exit_code":0,"duration_seconds":0.0}}"#
+        );
+        assert_eq!(
+            structured("a/b \"q\" …\t", 1, 1.2),
+            r#"{"output":"a/b \"q\" …\t","metadata":{"exit_code":1,"duration_seconds":1.2}}"#
+        );
+    }
+
+    #[test]
+    fn summary_groups_a_m_d() {
+        let change = |spelled: &str, kind| FileChange {
+            path: PathBuf::from("/w").join(spelled),
+            spelled: spelled.into(),
+            kind,
+            unified_diff: String::new(),
+            overwritten: false,
+        };
+        let out = ApplyPatchOutput {
+            changes: vec![
+                change("d1", FileChangeKind::Deleted),
+                change("m1", FileChangeKind::Modified),
+                change("a1", FileChangeKind::Added),
+                change(
+                    "mv",
+                    FileChangeKind::Moved {
+                        from: PathBuf::from("/w/src"),
+                    },
+                ),
+                change("a2", FileChangeKind::Added),
+            ],
+            warnings: vec![],
+            duration_seconds: 0.0,
+        };
+        assert_eq!(
+            out.summary(),
+            "Success. Updated the following files:\nA a1\nA a2\nM m1\nM mv\nD d1\n"
+        );
+    }
+
+    #[test]
+    fn json_variant_bad_arguments() {
+        let ctx = PatchContext {
+            cwd: PathBuf::from("/nonexistent"),
+            writable_roots: vec![],
+            read_only: false,
+            protected_names: vec![],
+            protected_paths: vec![],
+        };
+        let e = apply_patch_json("{}", &ctx).unwrap_err();
+        assert_eq!(
+            e.message,
+            "failed to parse function arguments: missing field `input` at line 1 column 2"
+        );
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        let e = apply_patch_json(r#"{"input":"nope","extra":1}"#, &ctx).unwrap_err();
+        assert_eq!(
+            e.message,
+            "apply_patch verification failed: invalid patch: The first line of the patch must be '*** Begin Patch'"
+        );
+    }
+}
