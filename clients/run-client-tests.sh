@@ -27,3 +27,34 @@ fi
   npm test
 )
 # --- end node ---
+
+# --- python ---
+# corral-client: a venv under target/pyvenv, the client installed from clients/python (building it
+# generates the gRPC stubs from proto/ with grpcio-tools, fetched from PyPI), pytest, then its tests
+# (they start their own daemons from $CORRAL_BIN).
+PYVENV="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv"
+PYTHON="${PYTHON:-python3}"
+python_venv_ok() { [ -x "$PYVENV/bin/python" ] && "$PYVENV/bin/python" -m pip --version >/dev/null 2>&1; }
+if ! python_venv_ok; then
+  rm -rf "$PYVENV"
+  if ! command -v "$PYTHON" >/dev/null || ! "$PYTHON" -m venv "$PYVENV" >/dev/null 2>&1; then
+    rm -rf "$PYVENV"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv
+      PYTHON=python3
+      "$PYTHON" -m venv "$PYVENV"
+    else
+      echo "run-client-tests: clients/python needs python3 (3.9+) with its venv module;" \
+        "on Debian/Ubuntu: sudo apt-get install -y python3 python3-venv" >&2
+      exit 1
+    fi
+  fi
+fi
+"$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
+  "$ROOT/clients/python" "pytest>=7"
+(
+  cd "$ROOT/clients/python"
+  "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider
+)
+# --- end python ---

@@ -27,7 +27,7 @@ async fn health(d: &Daemon, service: &str) -> i32 {
 
 #[tokio::test]
 async fn without_landlock_sandboxed_sessions_fail_closed() {
-    let d = Daemon::start_wrapped(&["python3", NO_LANDLOCK], &[]).await;
+    let d = Daemon::start_wrapped(&["python3", NO_LANDLOCK], &["--root-callers", "trusted"]).await;
     let cwd = scratch();
     let marker = outside();
     let err = d

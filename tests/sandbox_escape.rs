@@ -607,7 +607,7 @@ r = libc.syscall(425, 8, ctypes.create_string_buffer(120)); print("io_uring", r,
 // Case 39: danger-full-access adds no sandbox.
 #[tokio::test]
 async fn danger_full_access_is_unconfined() {
-    let d = Daemon::start(&[]).await;
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
     let cwd = scratch();
     let out = outside();
     let id = d.open(cwd.path(), DFA).await;
@@ -686,4 +686,38 @@ async fn descriptors_proc_tricks_and_corral_state() {
         .sh(&id, "head -c 16 /proc/1/mem >/dev/null && echo READ")
         .await;
     assert!(!r.output.contains("READ"), "{}", r.output);
+}
+
+// Root callers are confined by default: no danger-full-access, no escalation.
+#[tokio::test]
+async fn root_callers_are_confined_by_default() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs a root caller");
+        return;
+    }
+    let d = Daemon::start(&["--allow-escalation"]).await;
+    let cwd = scratch();
+    let err = d
+        .sessions()
+        .await
+        .open_session(api::OpenSessionRequest {
+            cwd: cwd.path().display().to_string(),
+            mode: DFA as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    assert!(err.message().contains("root_callers"), "{}", err.message());
+    let id = d.open(cwd.path(), RO).await;
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "shell",
+            r#"{"command":["touch","x"],"sandbox_permissions":"require_escalated"}"#,
+        )
+        .await;
+    assert!(!ok);
+    assert!(out.starts_with("approval policy is Never"), "{out}");
+    assert!(!cwd.path().join("x").exists());
 }

@@ -291,7 +291,7 @@ async fn escalation_is_refused_unless_the_operator_allows_it() {
     assert!(!cwd.path().join("x").exists());
 
     // With escalation allowed, the same read-only session's call writes (danger-full-access).
-    let d = Daemon::start(&["--allow-escalation"]).await;
+    let d = Daemon::start(&["--allow-escalation", "--root-callers", "trusted"]).await;
     let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
     let (out, ok) = d
         .invoke(

@@ -10,9 +10,11 @@ protobuf are at least the versions that generated it.
 
 import importlib.util
 import re
+import shutil
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 GEN = HERE / "src" / "corral_client" / "_generate.py"
@@ -50,4 +52,14 @@ def _dependencies(stubs):
     ]
 
 
-setup(install_requires=_dependencies(_stubs()))
+class BuildPy(build_py):
+    """build_py that starts from an empty package directory: setuptools reuses build/lib between
+    in-tree builds, and a module removed from the source (or a stub no longer generated) must not
+    linger in the wheel."""
+
+    def run(self):
+        shutil.rmtree(Path(self.build_lib) / "corral_client", ignore_errors=True)
+        super().run()
+
+
+setup(install_requires=_dependencies(_stubs()), cmdclass={"build_py": BuildPy})

@@ -1,8 +1,9 @@
-"""A minimal coding agent on corral: the model runs elsewhere, corral runs its tool calls.
+"""A minimal coding agent: the model runs elsewhere, corral runs its tool calls.
 
-`model(items) -> output items` is any Responses-API-shaped model call (a scripted one in tests).
-Run for real: pip install ./clients/python openai; python examples/python/agent_loop.py "task"
+`model(items) -> output items` is any Responses API model call (scripted in tests).
+For real: pip install ./clients/python openai; python agent_loop.py "task"
 """
+
 import os
 import sys
 
@@ -10,7 +11,7 @@ from corral_client import Client, ResponsesAdapter
 
 
 def run(model, session, prompt, max_turns=50):
-    """Calls the model until it answers without tool calls; returns the whole transcript."""
+    """Calls the model until it answers without tool calls; returns the transcript."""
     adapter = ResponsesAdapter(session)
     items = [{"role": "user", "content": prompt}]
     for _ in range(max_turns):
@@ -27,10 +28,13 @@ if __name__ == "__main__":
     from openai import OpenAI
 
     api, env = OpenAI(), {k: os.environ[k] for k in ("PATH", "HOME")}
+    MODEL = os.environ.get("MODEL", "gpt-5-codex")
     with Client(os.environ.get("CORRAL_SOCKET")) as client:
         with client.open_session(os.getcwd(), "workspace-write", env=env) as session:
             tools = ResponsesAdapter(session).tools()
-            model = lambda items: api.responses.create(  # noqa: E731
-                model=os.environ.get("MODEL", "gpt-5-codex"), input=items, tools=tools
-            ).output
+
+            def model(items):
+                resp = api.responses.create(model=MODEL, input=items, tools=tools)
+                return resp.output
+
             print(run(model, session, " ".join(sys.argv[1:]))[-1])

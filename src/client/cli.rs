@@ -59,6 +59,25 @@ pub enum ClientCommand {
         #[arg(long, value_enum, default_value_t = FormatArg::Responses)]
         format: FormatArg,
     },
+    /// Open a session and print its id (it stays open until closed or idle).
+    OpenSession {
+        /// Working directory (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
+        mode: ModeArg,
+        /// Extra writable directories (workspace-write).
+        #[arg(long = "writable-root", value_name = "DIR")]
+        writable_roots: Vec<PathBuf>,
+        /// Turn the network on.
+        #[arg(long)]
+        network: bool,
+        /// Environment for commands, NAME=VALUE (repeatable).
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+    },
+    /// Close a session.
+    CloseSession { id: String },
     /// Read a file with line numbers.
     ReadFile {
         path: String,
@@ -166,6 +185,56 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                 "{}",
                 serde_json::to_string_pretty(&value).unwrap_or_default()
             );
+            Ok(0)
+        }
+        ClientCommand::OpenSession {
+            cwd,
+            mode,
+            writable_roots,
+            network,
+            env,
+        } => {
+            let cwd = absolute(cwd)?;
+            let mut vars = std::collections::HashMap::new();
+            for kv in env {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| format!("--env {kv}: expected NAME=VALUE"))?;
+                vars.insert(k.to_string(), v.to_string());
+            }
+            let resp = SessionsClient::new(channel)
+                .open_session(api::OpenSessionRequest {
+                    cwd: cwd.to_string_lossy().into_owned(),
+                    mode: mode_of(mode) as i32,
+                    writable_roots: writable_roots
+                        .iter()
+                        .map(|p| {
+                            absolute(Some(p.clone())).map(|p| p.to_string_lossy().into_owned())
+                        })
+                        .collect::<Result<_, _>>()?,
+                    network_access: network,
+                    env: vars,
+                    ..Default::default()
+                })
+                .await
+                .map_err(status_text)?
+                .into_inner();
+            if common.json {
+                println!(
+                    "{}",
+                    json!({"session_id": resp.session_id, "writable_roots": resp.writable_roots,
+                        "skipped_writable_roots": resp.skipped_writable_roots})
+                );
+            } else {
+                println!("{}", resp.session_id);
+            }
+            Ok(0)
+        }
+        ClientCommand::CloseSession { id } => {
+            SessionsClient::new(channel)
+                .close_session(api::CloseSessionRequest { session_id: id })
+                .await
+                .map_err(status_text)?;
             Ok(0)
         }
         ClientCommand::Tools { format } => {
@@ -320,6 +389,22 @@ async fn open(channel: &Channel, opts: &SessionOpts) -> Result<(String, bool), S
         .map_err(status_text)?
         .into_inner();
     Ok((resp.session_id, true))
+}
+
+/// `dir` made absolute, or the current directory.
+fn absolute(dir: Option<PathBuf>) -> Result<PathBuf, String> {
+    match dir {
+        Some(dir) => std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display())),
+        None => std::env::current_dir().map_err(|e| format!("current directory: {e}")),
+    }
+}
+
+fn mode_of(mode: ModeArg) -> api::SandboxMode {
+    match mode {
+        ModeArg::ReadOnly => api::SandboxMode::ReadOnly,
+        ModeArg::WorkspaceWrite => api::SandboxMode::WorkspaceWrite,
+        ModeArg::DangerFullAccess => api::SandboxMode::DangerFullAccess,
+    }
 }
 
 async fn close(channel: &Channel, id: &str, temporary: bool) {

@@ -1,6 +1,7 @@
 //! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
 //! win over the file, the file over the defaults.
 
+use crate::daemon::identity::RootCallers;
 use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
 use clap::Args;
@@ -98,6 +99,14 @@ pub struct ServeArgs {
     /// read-only, workspace-write and danger-full-access profiles.
     #[arg(long, value_name = "DIR")]
     pub profiles_dir: Option<PathBuf>,
+    /// How root callers are treated: confined (sandboxed modes only, the default), trusted
+    /// (every mode, escalation too) or deny.
+    #[arg(long, value_enum)]
+    pub root_callers: Option<RootCallers>,
+    /// Allow plain TCP on loopback: every local user could then act as the daemon's user.
+    /// Only for development; use a Unix socket (peer credentials identify the caller).
+    #[arg(long)]
+    pub insecure_loopback_tcp: bool,
 }
 
 /// The config file's keys (all optional).
@@ -114,6 +123,8 @@ struct FileConfig {
     allow_degraded: Option<Vec<String>>,
     allow_escalation: Option<bool>,
     profiles_dir: Option<PathBuf>,
+    root_callers: Option<RootCallers>,
+    insecure_loopback_tcp: Option<bool>,
 }
 
 /// The effective configuration.
@@ -134,6 +145,8 @@ pub struct Config {
     pub allow_escalation: bool,
     /// The sandbox profiles (built-ins plus the operator's directory).
     pub profiles: ProfileSet,
+    /// How root callers are treated.
+    pub root_callers: RootCallers,
 }
 
 impl Config {
@@ -163,19 +176,35 @@ impl Config {
             (None, Some(s)) => s.parse().map_err(|e| format!("config key `listen`: {e}"))?,
             (None, None) => ListenAddr::Unix(default_socket_path()),
         };
-        if let ListenAddr::Tcp(addr) = &listen
-            && !addr.ip().is_loopback()
-        {
-            return Err(format!(
-                "refusing to listen on {addr}: TCP is only allowed on a loopback address until \
-                 authenticated TCP is configured; use tcp:127.0.0.1:PORT or a Unix socket"
-            ));
+        if let ListenAddr::Tcp(addr) = &listen {
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "refusing to listen on {addr}: TCP is only allowed on a loopback address \
+                     until authenticated TCP is configured; use a Unix socket"
+                ));
+            }
+            if !(args.insecure_loopback_tcp || file.insecure_loopback_tcp.unwrap_or(false)) {
+                return Err(format!(
+                    "refusing plain TCP on {addr}: it carries no caller identity, so any local \
+                     user could act as this daemon's user. Use a Unix socket, or pass \
+                     --insecure-loopback-tcp for development"
+                ));
+            }
         }
         let mode_text = args
             .socket_mode
             .clone()
             .or(file.socket_mode)
-            .unwrap_or_else(|| "0600".into());
+            // As root, local users may connect: peer credentials say who they are and each
+            // runs as themselves. Otherwise only the daemon's own user may.
+            .unwrap_or_else(|| {
+                if nix::unistd::geteuid().is_root() {
+                    "0666"
+                } else {
+                    "0600"
+                }
+                .into()
+            });
         let socket_mode = u32::from_str_radix(mode_text.trim_start_matches("0o"), 8)
             .ok()
             .filter(|m| *m <= 0o777)
@@ -213,6 +242,10 @@ impl Config {
         let profiles_dir = args.profiles_dir.clone().or(file.profiles_dir);
         let profiles = ProfileSet::load(profiles_dir.as_deref())?;
         Ok(Config {
+            root_callers: args
+                .root_callers
+                .or(file.root_callers)
+                .unwrap_or(RootCallers::Confined),
             profiles,
             allow_escalation: args.allow_escalation || file.allow_escalation.unwrap_or(false),
             degraded_layers,
@@ -281,6 +314,24 @@ mod tests {
                 .unwrap_err()
                 .contains("unix: or tcp:")
         );
+    }
+
+    #[test]
+    fn plain_tcp_needs_the_insecure_flag() {
+        let args = ServeArgs {
+            listen: Some("tcp:127.0.0.1:7878".parse().unwrap()),
+            ..Default::default()
+        };
+        assert!(
+            Config::load(&args)
+                .unwrap_err()
+                .contains("--insecure-loopback-tcp")
+        );
+        let args = ServeArgs {
+            insecure_loopback_tcp: true,
+            ..args
+        };
+        assert!(Config::load(&args).is_ok());
     }
 
     #[test]

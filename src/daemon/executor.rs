@@ -1,6 +1,7 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
+use crate::daemon::identity::may_use;
 use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::sessions::Session;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
@@ -103,6 +104,26 @@ impl Executor {
                 profile.name
             )));
         }
+        // Default rule: a session's cwd and writable roots are places its owner can already use.
+        let identity = session.identity.as_ref();
+        if !may_use(&session.cwd, identity, false) {
+            return Err(Status::permission_denied(format!(
+                "cwd {} is not accessible to uid {}",
+                session.cwd.display(),
+                session.owner_uid
+            )));
+        }
+        if session.mode == Mode::WorkspaceWrite {
+            for root in std::iter::once(&session.cwd).chain(&session.writable_roots) {
+                if root.exists() && !may_use(root, identity, true) {
+                    return Err(Status::permission_denied(format!(
+                        "{} is not writable by uid {}; a session may only write where its owner can",
+                        root.display(),
+                        session.owner_uid
+                    )));
+                }
+            }
+        }
         let params = SessionParams {
             mode: session.mode,
             cwd: session.cwd.clone(),
@@ -116,7 +137,7 @@ impl Executor {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             masked_paths: self.masked_paths.clone(),
-            identity: None,
+            identity: session.identity.clone(),
             limits: profile.limits.clone(),
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
@@ -153,6 +174,8 @@ impl Executor {
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
             env: Default::default(),
+            owner_uid: 0,
+            identity: None,
             profile: String::new(),
             policy: None,
         };

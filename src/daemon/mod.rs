@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod executor;
+pub mod identity;
 pub mod inflight;
 pub mod listener;
 pub mod pool;

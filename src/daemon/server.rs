@@ -39,6 +39,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         in_flight: in_flight.clone(),
         host_layers: Arc::new(probe.clone()),
         allow_escalation: config.allow_escalation,
+        root_callers: config.root_callers,
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

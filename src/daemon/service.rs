@@ -4,6 +4,7 @@
 use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_server::Tools};
 use crate::bridge::{self, ToolFormat};
 use crate::daemon::executor::Executor;
+use crate::daemon::identity::{Caller, RootCallers, caller_of, worker_identity};
 use crate::daemon::inflight::InFlight;
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
@@ -19,30 +20,43 @@ pub struct CorralService {
     pub in_flight: InFlight,
     /// The operator allows escalated calls (danger-full-access on the model's request).
     pub allow_escalation: bool,
+    /// How root callers are treated.
+    pub root_callers: RootCallers,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
     pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
 }
 
 impl CorralService {
-    fn session(&self, id: &str) -> Result<Arc<Session>, Status> {
+    /// The caller's live session `id`. Another identity's session is NOT_FOUND, exactly like an
+    /// unknown one: nothing hints that it exists.
+    fn session(&self, id: &str, caller: Caller) -> Result<Arc<Session>, Status> {
         if id.is_empty() {
             return Err(invalid_field("session_id", "session_id is required"));
         }
-        self.sessions.get(id).ok_or_else(|| {
-            Status::not_found(format!(
-                "session `{id}` not found: it was never opened, was closed, or expired after \
+        self.sessions
+            .get(id)
+            .filter(|s| s.owner_uid == caller.uid)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "session `{id}` not found: it was never opened, was closed, or expired after \
                  being idle; open a new one with OpenSession"
-            ))
-        })
+                ))
+            })
     }
 
-    async fn run(&self, session_id: &str, call: Call) -> Result<Reply, Status> {
-        self.run_as(session_id, call, false).await
+    async fn run(&self, caller: Caller, session_id: &str, call: Call) -> Result<Reply, Status> {
+        self.run_as(caller, session_id, call, false).await
     }
 
-    async fn run_as(&self, session_id: &str, call: Call, escalated: bool) -> Result<Reply, Status> {
+    async fn run_as(
+        &self,
+        caller: Caller,
+        session_id: &str,
+        call: Call,
+        escalated: bool,
+    ) -> Result<Reply, Status> {
         let _call = self.in_flight.enter();
-        let session = self.session(session_id)?;
+        let session = self.session(session_id, caller)?;
         match self.executor.call(&session, call, escalated).await? {
             Reply::Failure(f) => Err(Status::new(Code::from(f.code), f.message)),
             reply => Ok(reply),
@@ -90,6 +104,7 @@ impl Sessions for CorralService {
         &self,
         request: Request<api::OpenSessionRequest>,
     ) -> Result<Response<api::OpenSessionResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         let mut session =
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
@@ -97,6 +112,17 @@ impl Sessions for CorralService {
             .map_err(|e| Status::internal(format!("cannot draw a random session id: {e}")))?;
         let mode_given = req.mode != api::SandboxMode::Unspecified as i32;
         self.executor.resolve_profile(&mut session, mode_given)?;
+        session.owner_uid = caller.uid;
+        session.identity = worker_identity(caller, self.root_callers)?;
+        if caller.uid == 0
+            && self.root_callers == RootCallers::Confined
+            && session.mode == crate::sandbox::policy::Mode::DangerFullAccess
+        {
+            return Err(Status::permission_denied(
+                "root callers may use the sandboxed modes only (root_callers = confined); \
+                 danger-full-access for root needs root_callers = trusted",
+            ));
+        }
         let policy = self.executor.policy_for(&session)?;
         let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
             v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
@@ -120,7 +146,7 @@ impl Sessions for CorralService {
                 return Err(full(n));
             }
         };
-        tracing::info!(session = %session.id, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
+        tracing::info!(session = %session.id, uid = caller.uid, pid = ?caller.pid, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
         Ok(Response::new(api::OpenSessionResponse {
             session_id: session.id.clone(),
             skipped_writable_roots,
@@ -132,8 +158,9 @@ impl Sessions for CorralService {
         &self,
         request: Request<api::CloseSessionRequest>,
     ) -> Result<Response<api::CloseSessionResponse>, Status> {
+        let caller = caller_of(&request)?;
         let id = request.into_inner().session_id;
-        self.session(&id)?;
+        self.session(&id, caller)?;
         if let Some(session) = self.sessions.remove(&id) {
             self.executor.close(&session).await;
         }
@@ -171,9 +198,10 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ReadFileRequest>,
     ) -> Result<Response<api::ReadFileResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         match self
-            .run(&req.session_id.clone(), Call::ReadFile(req))
+            .run(caller, &req.session_id.clone(), Call::ReadFile(req))
             .await?
         {
             Reply::ReadFile(r) => Ok(Response::new(r)),
@@ -185,9 +213,10 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ListDirRequest>,
     ) -> Result<Response<api::ListDirResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         match self
-            .run(&req.session_id.clone(), Call::ListDir(req))
+            .run(caller, &req.session_id.clone(), Call::ListDir(req))
             .await?
         {
             Reply::ListDir(r) => Ok(Response::new(r)),
@@ -199,9 +228,10 @@ impl Tools for CorralService {
         &self,
         request: Request<api::GrepFilesRequest>,
     ) -> Result<Response<api::GrepFilesResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         match self
-            .run(&req.session_id.clone(), Call::GrepFiles(req))
+            .run(caller, &req.session_id.clone(), Call::GrepFiles(req))
             .await?
         {
             Reply::GrepFiles(r) => Ok(Response::new(r)),
@@ -213,9 +243,10 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ApplyPatchRequest>,
     ) -> Result<Response<api::ApplyPatchResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         match self
-            .run(&req.session_id.clone(), Call::ApplyPatch(req))
+            .run(caller, &req.session_id.clone(), Call::ApplyPatch(req))
             .await?
         {
             Reply::ApplyPatch(r) => Ok(Response::new(r)),
@@ -227,10 +258,11 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ShellRequest>,
     ) -> Result<Response<api::ShellResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
-        let escalated = self.check_escalation(req.with_escalated_permissions)?;
+        let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
         match self
-            .run_as(&req.session_id.clone(), Call::Shell(req), escalated)
+            .run_as(caller, &req.session_id.clone(), Call::Shell(req), escalated)
             .await?
         {
             Reply::Shell(mut r) => {
@@ -249,10 +281,11 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ShellRequest>,
     ) -> Result<Response<Self::ShellStreamStream>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
-        let escalated = self.check_escalation(req.with_escalated_permissions)?;
+        let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
         let guard = self.in_flight.enter();
-        let session = self.session(&req.session_id)?;
+        let session = self.session(&req.session_id, caller)?;
         let worker = self.executor.worker_for(&session, escalated).await?;
         let (mut handle, mut replies) = worker.start(
             crate::daemon::executor::context_of(&session),
@@ -308,13 +341,18 @@ impl Tools for CorralService {
 }
 
 impl CorralService {
-    /// An escalated call runs only if the operator allows it (PERMISSION_DENIED otherwise).
-    fn check_escalation(&self, requested: bool) -> Result<bool, Status> {
-        match (requested, self.allow_escalation) {
+    /// An escalated call runs only if the operator allows it (PERMISSION_DENIED otherwise);
+    /// a confined root caller never escalates.
+    fn check_escalation(&self, caller: Caller, requested: bool) -> Result<bool, Status> {
+        match (requested, self.may_escalate(caller)) {
             (false, _) => Ok(false),
             (true, true) => Ok(true),
             (true, false) => Err(Status::permission_denied(ESCALATION_REFUSED)),
         }
+    }
+
+    fn may_escalate(&self, caller: Caller) -> bool {
+        self.allow_escalation && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
     }
 }
 
@@ -324,9 +362,10 @@ impl Bridge for CorralService {
         &self,
         request: Request<api::ListToolsRequest>,
     ) -> Result<Response<api::ListToolsResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         if !req.session_id.is_empty() {
-            self.session(&req.session_id)?;
+            self.session(&req.session_id, caller)?;
         }
         let format = match api::ToolFormat::try_from(req.format) {
             Ok(api::ToolFormat::Unspecified | api::ToolFormat::Responses) => ToolFormat::Responses,
@@ -347,6 +386,7 @@ impl Bridge for CorralService {
         &self,
         request: Request<api::InvokeRequest>,
     ) -> Result<Response<api::InvokeResponse>, Status> {
+        let caller = caller_of(&request)?;
         let req = request.into_inner();
         if req.name.is_empty() {
             return Err(invalid_field(
@@ -355,8 +395,8 @@ impl Bridge for CorralService {
             ));
         }
         let escalated = asks_for_escalation(&req.name, &req.arguments);
-        if escalated && !self.allow_escalation {
-            self.session(&req.session_id)?;
+        if escalated && !self.may_escalate(caller) {
+            self.session(&req.session_id, caller)?;
             return Ok(Response::new(api::InvokeResponse {
                 call_id: req.call_id,
                 output: ESCALATION_REFUSED.to_string(),
@@ -364,7 +404,12 @@ impl Bridge for CorralService {
             }));
         }
         match self
-            .run_as(&req.session_id.clone(), Call::Invoke(req), escalated)
+            .run_as(
+                caller,
+                &req.session_id.clone(),
+                Call::Invoke(req),
+                escalated,
+            )
             .await?
         {
             Reply::Invoke(r) => Ok(Response::new(r)),

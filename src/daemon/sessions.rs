@@ -18,6 +18,10 @@ pub struct Session {
     pub exclude_tmpdir_env_var: bool,
     pub exclude_slash_tmp: bool,
     pub env: BTreeMap<String, String>,
+    /// The uid that opened the session; only it may use the session.
+    pub owner_uid: u32,
+    /// Who the session's worker runs as (`None`: the daemon's own identity, or root).
+    pub identity: Option<crate::sandbox::policy::Identity>,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
     pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
@@ -104,6 +108,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         profile: req.profile.clone(),
+        owner_uid: 0,
+        identity: None,
         policy: None,
     })
 }

@@ -220,6 +220,22 @@ describe('against a daemon', () => {
   });
 });
 
+test('TCP: tcp:HOST:PORT addresses', async () => {
+  const daemon = await h.startDaemon({ tcpPort: await h.freePort() });
+  const ws = h.makeWorkspace({ 'f.txt': 'one\n' });
+  const c = new Client(daemon.address);
+  try {
+    assert.match(c.target, /^127\.0\.0\.1:\d+$/);
+    const s = await c.openSession({ cwd: ws, mode: 'read-only' });
+    assert.deepEqual(await s.invoke('read_file', { file_path: 'f.txt' }, { callId: 't' }), { callId: 't', output: 'L1: one', success: true });
+    await s.close();
+  } finally {
+    c.close();
+    await daemon.stop();
+    h.removeWorkspace(ws);
+  }
+});
+
 test('an unreachable daemon is UNAVAILABLE', async () => {
   const c = new Client('unix:/nonexistent/corral-node-test.sock');
   try {

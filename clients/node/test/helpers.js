@@ -29,32 +29,42 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * Starts a daemon. Its state directory and the workspaces are siblings under the temp dir; sessions
  * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state.
  */
-export async function startDaemon() {
+export async function startDaemon({ tcpPort } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'corral-node-daemon-'));
   const socket = join(dir, 'corral.sock');
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');
-  const proc = spawn(corralBin(), ['serve', '--listen', `unix:${socket}`], { stdio: ['ignore', 'ignore', log] });
+  const listen = tcpPort ? `tcp:127.0.0.1:${tcpPort}` : `unix:${socket}`;
+  const proc = spawn(corralBin(), ['serve', '--listen', listen], { stdio: ['ignore', 'ignore', log] });
   closeSync(log);
   const reap = () => proc.kill('SIGKILL');
   process.once('exit', reap);
   let exited = false;
   const exitPromise = new Promise((r) => proc.once('exit', () => { exited = true; r(); }));
   const deadline = Date.now() + 20_000;
-  while (!existsSync(socket)) {
+  while (!tcpPort && !existsSync(socket)) {
     if (exited || Date.now() > deadline) {
       throw new Error(`daemon did not start; log:\n${readFileSync(logPath, 'utf8')}`);
     }
     await sleep(20);
   }
-  const probe = new Client(`unix:${socket}`);
-  try {
-    await probe.waitForReady(10_000);
-  } finally {
-    probe.close();
+  const address = tcpPort ? listen : `unix:${socket}`;
+  for (;;) {
+    const probe = new Client(address);
+    try {
+      await probe.waitForReady(1_000);
+      break;
+    } catch (err) {
+      if (exited || Date.now() > deadline) {
+        throw new Error(`daemon not ready (${err.message}); log:\n${readFileSync(logPath, 'utf8')}`);
+      }
+    } finally {
+      probe.close();
+    }
   }
   return {
     socket,
+    address,
     dir,
     log: () => readFileSync(logPath, 'utf8'),
     async stop() {
@@ -68,6 +78,19 @@ export async function startDaemon() {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A free loopback TCP port. */
+export async function freePort() {
+  const { createServer } = await import('node:net');
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.once('error', rej);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => res(port));
+    });
+  });
 }
 
 /** A fresh workspace with the given files (relative path → content); returns its canonical path. */

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from corral_client import Client, CorralError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,7 +64,9 @@ class Daemon:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"corral serve exited with {self.proc.returncode}:\n{self.log_text()}")
+                log = self.log_text()
+                self.stop()
+                raise RuntimeError(f"corral serve exited with {self.proc.returncode}:\n{log}")
             if not self.listen.startswith("unix:") or self.socket.exists():
                 try:
                     with Client(self.target, timeout=2) as c:
@@ -74,8 +75,9 @@ class Daemon:
                 except CorralError:
                     pass
             time.sleep(0.05)
+        log = self.log_text()
         self.stop()
-        raise RuntimeError(f"corral serve did not start:\n{self.log_text()}")
+        raise RuntimeError(f"corral serve did not start:\n{log}")
 
     def log_text(self) -> str:
         try:

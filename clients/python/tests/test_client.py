@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
+import subprocess
 from types import SimpleNamespace
 
+import corral_client
 import grpc
 import pytest
-from conftest import Daemon, free_tcp_port, normalize, populate, session_env
-
-import corral_client
+from conftest import Daemon, corral_bin, free_tcp_port, normalize, populate, session_env
 from corral_client import (
     ChatCompletionsAdapter,
     Client,
@@ -154,7 +153,9 @@ def test_bridge_failures_are_model_text(session):
 
 def test_adapters_take_sdk_objects(session):
     """OpenAI's SDK returns objects, not dicts: attributes work the same."""
-    item = SimpleNamespace(type="function_call", name="read_file", arguments='{"file_path":"a.txt","limit":1}', call_id="o1")
+    item = SimpleNamespace(
+        type="function_call", name="read_file", arguments='{"file_path":"a.txt","limit":1}', call_id="o1"
+    )
     adapter = ResponsesAdapter(session)
     assert adapter.handle(item) == {"type": "function_call_output", "call_id": "o1", "output": "L1: one"}
     message = SimpleNamespace(type="message", role="assistant", content=[])
@@ -163,8 +164,16 @@ def test_adapters_take_sdk_objects(session):
         adapter.handle(message)
     assert adapter.handle_all([message, item]) == [adapter.handle(item)]
 
-    tc = SimpleNamespace(id="o2", type="function", function=SimpleNamespace(name="read_file", arguments='{"file_path":"a.txt","limit":1}'))
-    assert ChatCompletionsAdapter(session).handle(tc) == {"role": "tool", "tool_call_id": "o2", "content": "L1: one"}
+    tc = SimpleNamespace(
+        id="o2",
+        type="function",
+        function=SimpleNamespace(name="read_file", arguments='{"file_path":"a.txt","limit":1}'),
+    )
+    assert ChatCompletionsAdapter(session).handle(tc) == {
+        "role": "tool",
+        "tool_call_id": "o2",
+        "content": "L1: one",
+    }
 
 
 def test_errors_carry_details(client, workspace):
@@ -208,7 +217,12 @@ def test_unavailable_when_nothing_listens(tmp_path):
 
 def test_tcp_transport(workspace):
     port = free_tcp_port()
-    d = Daemon(listen=f"tcp:127.0.0.1:{port}")
+    # Plain TCP carries no caller identity: the daemon asks for an explicit opt-in.
+    help_text = subprocess.run(
+        [str(corral_bin()), "serve", "--help"], capture_output=True, text=True, check=False
+    ).stdout
+    extra = ("--insecure-loopback-tcp",) if "--insecure-loopback-tcp" in help_text else ()
+    d = Daemon(listen=f"tcp:127.0.0.1:{port}", extra=extra)
     try:
         for target in (f"tcp:127.0.0.1:{port}", f"127.0.0.1:{port}"):
             with Client(target, timeout=10) as c:

@@ -15,7 +15,6 @@ from conftest import (
     populate,
     substitute,
 )
-
 from corral_client import ChatCompletionsAdapter, ResponsesAdapter
 
 TRANSCRIPT = load_transcript()
@@ -40,7 +39,7 @@ def replay(client, tmp_path_factory):
 
 @pytest.mark.parametrize("index", range(len(ITEMS)), ids=[_id(i) for i in ITEMS])
 def test_responses_item(replay, index):
-    ws, session, adapter, seen = replay
+    ws, _, adapter, seen = replay
     item = ITEMS[index]
     call = substitute(item["input"], ws)
     expected = substitute(item["expected"], ws)
@@ -85,8 +84,16 @@ def test_chat_completions_shape(client, workspace):
             ), call["call_id"]
         # handle_message answers every tool call of an assistant message, in order.
         calls = [
-            {"id": "a", "type": "function", "function": {"name": "read_file", "arguments": '{"file_path":"README.md","limit":1}'}},
-            {"id": "b", "type": "function", "function": {"name": "list_dir", "arguments": '{"dir_path":"docs"}'}},
+            {
+                "id": "a",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"file_path":"README.md","limit":1}'},
+            },
+            {
+                "id": "b",
+                "type": "function",
+                "function": {"name": "list_dir", "arguments": '{"dir_path":"docs"}'},
+            },
         ]
         assert adapter.handle_message({"role": "assistant", "content": None, "tool_calls": calls}) == [
             {"role": "tool", "tool_call_id": "a", "content": "L1: # demo"},

@@ -16,12 +16,14 @@ __version__ = "0.1.0"
 
 try:
     from ._proto import corral_pb2 as pb
-except ModuleNotFoundError as _e:  # stubs not generated: a source checkout, not an install
-    if not (_e.name or "").startswith(__name__ + "._proto"):
+except ImportError as _e:  # stubs not generated: a source checkout, not an install
+    import os as _os
+
+    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_proto", "corral_pb2.py")):
         raise
     _MISSING = _e
 
-    def __getattr__(name: str):  # noqa: D103
+    def __getattr__(name: str):
         raise ImportError(
             "corral_client's gRPC stubs are not generated: install the package "
             "(pip install ./clients/python) or run `python -m corral_client._generate`"

@@ -14,7 +14,7 @@ from typing import Any
 
 from .client import Session
 
-__all__ = ["ResponsesAdapter", "ChatCompletionsAdapter"]
+__all__ = ["ChatCompletionsAdapter", "ResponsesAdapter"]
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
