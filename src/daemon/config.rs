@@ -107,6 +107,9 @@ pub struct ServeArgs {
     /// Only for development; use a Unix socket (peer credentials identify the caller).
     #[arg(long)]
     pub insecure_loopback_tcp: bool,
+    /// Audit log: a file (one JSON line per call; reopened on SIGHUP) or `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<String>,
 }
 
 /// The config file's keys (all optional).
@@ -125,6 +128,7 @@ struct FileConfig {
     profiles_dir: Option<PathBuf>,
     root_callers: Option<RootCallers>,
     insecure_loopback_tcp: Option<bool>,
+    audit_log: Option<String>,
 }
 
 /// The effective configuration.
@@ -147,6 +151,8 @@ pub struct Config {
     pub profiles: ProfileSet,
     /// How root callers are treated.
     pub root_callers: RootCallers,
+    /// The audit log target (a path or `-`), if any.
+    pub audit_log: Option<String>,
 }
 
 impl Config {
@@ -161,6 +167,10 @@ impl Config {
         }
         if let Some(file) = &self.config_file {
             paths.push(std::fs::canonicalize(file).unwrap_or_else(|_| file.clone()));
+        }
+        if let Some(log) = self.audit_log.as_deref().filter(|l| *l != "-") {
+            let log = PathBuf::from(log);
+            paths.push(std::fs::canonicalize(&log).unwrap_or(log));
         }
         paths
     }
@@ -242,6 +252,7 @@ impl Config {
         let profiles_dir = args.profiles_dir.clone().or(file.profiles_dir);
         let profiles = ProfileSet::load(profiles_dir.as_deref())?;
         Ok(Config {
+            audit_log: args.audit_log.clone().or(file.audit_log),
             root_callers: args
                 .root_callers
                 .or(file.root_callers)

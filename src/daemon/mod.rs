@@ -1,6 +1,7 @@
 //! The daemon: gRPC services, sessions, configuration, and where calls are executed.
 //! It authenticates and routes; it never touches user files itself.
 
+pub mod audit;
 pub mod config;
 pub mod executor;
 pub mod identity;

@@ -4,6 +4,7 @@
 use crate::api::{
     bridge_server::BridgeServer, sessions_server::SessionsServer, tools_server::ToolsServer,
 };
+use crate::daemon::audit::Audit;
 use crate::daemon::config::{Config, ListenAddr};
 use crate::daemon::executor::Executor;
 use crate::daemon::inflight::InFlight;
@@ -25,6 +26,8 @@ const RESPONSE_FLUSH: Duration = Duration::from_millis(500);
 pub async fn serve(config: Config) -> Result<(), String> {
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
+    let audit = Audit::new(config.audit_log.as_deref())?;
+    tokio::spawn(reopen_on_sighup(audit.clone()));
     let executor = Executor::new(
         config.degraded_layers.clone(),
         config.state_paths(),
@@ -40,6 +43,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         host_layers: Arc::new(probe.clone()),
         allow_escalation: config.allow_escalation,
         root_callers: config.root_callers,
+        audit: audit.clone(),
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -190,6 +194,20 @@ async fn expire_idle_sessions(sessions: SessionStore, executor: Executor) {
         for session in sessions.expire_idle() {
             tracing::info!(session = %session.id, "session expired after being idle");
             executor.close(&session).await;
+        }
+    }
+}
+
+/// SIGHUP: reopen the audit log (logrotate moved it away).
+async fn reopen_on_sighup(audit: Audit) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::error!("cannot install the SIGHUP handler; the audit log will not be reopened");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match audit.reopen() {
+            Ok(()) => tracing::info!("SIGHUP: audit log reopened"),
+            Err(e) => tracing::error!("SIGHUP: {e}; still writing to the old file"),
         }
     }
 }

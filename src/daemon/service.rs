@@ -3,6 +3,7 @@
 
 use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_server::Tools};
 use crate::bridge::{self, ToolFormat};
+use crate::daemon::audit::{self, Audit};
 use crate::daemon::executor::Executor;
 use crate::daemon::identity::{Caller, RootCallers, caller_of, worker_identity};
 use crate::daemon::inflight::InFlight;
@@ -22,6 +23,8 @@ pub struct CorralService {
     pub allow_escalation: bool,
     /// How root callers are treated.
     pub root_callers: RootCallers,
+    /// One JSON line per call.
+    pub audit: Audit,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
     pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
 }
@@ -57,10 +60,32 @@ impl CorralService {
     ) -> Result<Reply, Status> {
         let _call = self.in_flight.enter();
         let session = self.session(session_id, caller)?;
-        match self.executor.call(&session, call, escalated).await? {
-            Reply::Failure(f) => Err(Status::new(Code::from(f.code), f.message)),
-            reply => Ok(reply),
+        let started = std::time::Instant::now();
+        let bytes_in = audit::call_len(&call);
+        let described = self.audit_wanted().then(|| call.clone());
+        let result = self.executor.call(&session, call, escalated).await;
+        let result = match result {
+            Ok(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
+            other => other,
+        };
+        if let Some(call) = described {
+            let mode = if escalated {
+                "danger-full-access"
+            } else {
+                session.mode.as_str()
+            };
+            self.audit.call(
+                caller,
+                session_id,
+                mode,
+                &call,
+                escalated,
+                &result,
+                started.elapsed(),
+                bytes_in,
+            );
         }
+        result
     }
 }
 
@@ -349,6 +374,10 @@ impl CorralService {
             (true, true) => Ok(true),
             (true, false) => Err(Status::permission_denied(ESCALATION_REFUSED)),
         }
+    }
+
+    fn audit_wanted(&self) -> bool {
+        self.audit.enabled()
     }
 
     fn may_escalate(&self, caller: Caller) -> bool {

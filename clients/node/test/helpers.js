@@ -35,7 +35,9 @@ export async function startDaemon({ tcpPort } = {}) {
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');
   const listen = tcpPort ? `tcp:127.0.0.1:${tcpPort}` : `unix:${socket}`;
-  const proc = spawn(corralBin(), ['serve', '--listen', listen], { stdio: ['ignore', 'ignore', log] });
+  // Plain TCP carries no caller identity; the daemon serves it only when told so explicitly.
+  const args = ['serve', '--listen', listen, ...(tcpPort ? ['--insecure-loopback-tcp'] : [])];
+  const proc = spawn(corralBin(), args, { stdio: ['ignore', 'ignore', log] });
   closeSync(log);
   const reap = () => proc.kill('SIGKILL');
   process.once('exit', reap);

@@ -1,0 +1,318 @@
+//! The audit log: one JSON line per call — who, which session, which tool, the argv or paths it
+//! named (never file contents or patch bodies), the mode, escalation, the outcome, the exit code,
+//! the duration and the bytes in and out. Written to a file (reopened on SIGHUP, for logrotate)
+//! or to stdout.
+
+use crate::api;
+use crate::daemon::identity::Caller;
+use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
+use prost::Message;
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Where audit lines go.
+#[derive(Clone)]
+pub struct Audit {
+    sink: Arc<Mutex<Sink>>,
+}
+
+enum Sink {
+    None,
+    Stdout,
+    File { path: PathBuf, file: File },
+}
+
+/// One audit line.
+#[derive(Debug, Serialize)]
+pub struct Record<'a> {
+    /// RFC 3339 time, UTC.
+    pub time: String,
+    pub uid: u32,
+    pub pid: Option<i32>,
+    pub session: &'a str,
+    pub tool: &'a str,
+    /// The argv of a command, or the paths a call named. Never file contents.
+    pub targets: Vec<String>,
+    pub mode: &'a str,
+    pub escalated: bool,
+    /// `ok`, `failed` (the tool reported failure), `denied` (sandbox denial), `timed_out`, or
+    /// the gRPC code of an error (`NOT_FOUND`, `PERMISSION_DENIED`, …).
+    pub outcome: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u128,
+    pub bytes_in: usize,
+    pub bytes_out: usize,
+}
+
+fn open(path: &PathBuf) -> Result<File, String> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        // Readable by the daemon's user only (spec/sandbox.md §2.8).
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot open the audit log {}: {e}", path.display()))
+}
+
+impl Audit {
+    /// `target`: a file path, `-` for stdout, or `None` for no audit log.
+    pub fn new(target: Option<&str>) -> Result<Audit, String> {
+        let sink = match target {
+            None => Sink::None,
+            Some("-") => Sink::Stdout,
+            Some(path) => {
+                let path = PathBuf::from(path);
+                let file = open(&path)?;
+                Sink::File { path, file }
+            }
+        };
+        Ok(Audit {
+            sink: Arc::new(Mutex::new(sink)),
+        })
+    }
+
+    /// Whether lines are written at all.
+    pub fn enabled(&self) -> bool {
+        !matches!(
+            &*self.sink.lock().unwrap_or_else(|p| p.into_inner()),
+            Sink::None
+        )
+    }
+
+    /// Reopens the file (after logrotate moved it). Keeps the old one if the new cannot open.
+    pub fn reopen(&self) -> Result<(), String> {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        if let Sink::File { path, file } = &mut *sink {
+            *file = open(path)?;
+        }
+        Ok(())
+    }
+
+    pub fn write(&self, record: &Record<'_>) {
+        let Ok(mut line) = serde_json::to_string(record) else {
+            return;
+        };
+        line.push('\n');
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let result = match &mut *sink {
+            Sink::None => Ok(()),
+            Sink::Stdout => std::io::stdout().lock().write_all(line.as_bytes()),
+            Sink::File { file, .. } => file.write_all(line.as_bytes()),
+        };
+        if let Err(e) = result {
+            tracing::error!("cannot write the audit log: {e}");
+        }
+    }
+
+    /// Records one call.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        caller: Caller,
+        session: &str,
+        mode: &str,
+        call: &Call,
+        escalated: bool,
+        result: &Result<Reply, tonic::Status>,
+        duration: Duration,
+        bytes_in: usize,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        let (tool, targets) = describe(call);
+        let (outcome, exit_code, bytes_out) = match result {
+            Ok(reply) => outcome_of(reply),
+            Err(status) => (code_name(status.code()), None, 0),
+        };
+        self.write(&Record {
+            time: rfc3339(SystemTime::now()),
+            uid: caller.uid,
+            pid: caller.pid,
+            session,
+            tool: &tool,
+            targets,
+            mode,
+            escalated,
+            outcome,
+            exit_code,
+            duration_ms: duration.as_millis(),
+            bytes_in,
+            bytes_out,
+        });
+    }
+}
+
+fn code_name(code: tonic::Code) -> String {
+    let name = format!("{code:?}");
+    // CamelCase → SCREAMING_SNAKE_CASE, as gRPC names its codes.
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// The tool and the argv or paths a call names (never contents).
+fn describe(call: &Call) -> (String, Vec<String>) {
+    match call {
+        Call::ReadFile(r) => ("read_file".into(), vec![r.file_path.clone()]),
+        Call::ListDir(r) => ("list_dir".into(), vec![r.dir_path.clone()]),
+        Call::GrepFiles(r) => ("grep_files".into(), vec![r.path.clone()]),
+        Call::ApplyPatch(r) => ("apply_patch".into(), patch_paths(&r.patch)),
+        Call::Shell(r) if !r.command.is_empty() => ("shell".into(), r.command.clone()),
+        Call::Shell(r) => ("shell_command".into(), vec![r.script.clone()]),
+        Call::Invoke(r) => (r.name.clone(), invoke_targets(r)),
+        Call::Cancel(_) => ("cancel".into(), Vec::new()),
+    }
+}
+
+/// The file paths a patch names (its `*** … File:` and `*** Move to:` headers).
+fn patch_paths(patch: &str) -> Vec<String> {
+    const HEADERS: [&str; 4] = [
+        "*** Add File: ",
+        "*** Delete File: ",
+        "*** Update File: ",
+        "*** Move to: ",
+    ];
+    patch
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            HEADERS
+                .iter()
+                .find_map(|h| l.strip_prefix(h))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+fn invoke_targets(r: &api::InvokeRequest) -> Vec<String> {
+    if r.name == "apply_patch" {
+        let patch = if r.freeform {
+            r.arguments.clone()
+        } else {
+            serde_json::from_str::<serde_json::Value>(&r.arguments)
+                .ok()
+                .and_then(|v| v["input"].as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        return patch_paths(&patch);
+    }
+    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(&r.arguments) else {
+        return Vec::new();
+    };
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        match v {
+            serde_json::Value::String(s) => vec![s.clone()],
+            serde_json::Value::Array(a) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    ["command", "file_path", "dir_path", "path"]
+        .iter()
+        .filter_map(|k| args.get(*k))
+        .flat_map(strings)
+        .collect()
+}
+
+/// The encoded size of a call's request (the audit's bytes in).
+pub fn call_len(call: &Call) -> usize {
+    match call {
+        Call::ReadFile(r) => r.encoded_len(),
+        Call::ListDir(r) => r.encoded_len(),
+        Call::GrepFiles(r) => r.encoded_len(),
+        Call::ApplyPatch(r) => r.encoded_len(),
+        Call::Shell(r) => r.encoded_len(),
+        Call::Invoke(r) => r.encoded_len(),
+        Call::Cancel(_) => 0,
+    }
+}
+
+fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
+    let bytes = match reply {
+        Reply::ReadFile(r) => r.encoded_len(),
+        Reply::ListDir(r) => r.encoded_len(),
+        Reply::GrepFiles(r) => r.encoded_len(),
+        Reply::ApplyPatch(r) => r.encoded_len(),
+        Reply::Shell(r) => r.encoded_len(),
+        Reply::Invoke(r) => r.encoded_len(),
+        _ => 0,
+    };
+    match reply {
+        Reply::Shell(r) => {
+            let outcome = if r.timed_out {
+                "timed_out"
+            } else if r.sandbox_denied {
+                "denied"
+            } else if r.success {
+                "ok"
+            } else {
+                "failed"
+            };
+            (outcome.into(), Some(r.exit_code), bytes)
+        }
+        Reply::Invoke(r) => (
+            (if r.success { "ok" } else { "failed" }).into(),
+            None,
+            bytes,
+        ),
+        _ => ("ok".into(), None, bytes),
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` from the system clock (civil-from-days, UTC).
+fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20.123Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn patches_are_described_by_their_paths_only() {
+        let p = "*** Begin Patch\n*** Add File: a.txt\n+secret\n*** Update File: b.txt\n*** Move to: c.txt\n@@\n-x\n+y\n*** End Patch";
+        assert_eq!(patch_paths(p), ["a.txt", "b.txt", "c.txt"]);
+        assert_eq!(
+            code_name(tonic::Code::PermissionDenied),
+            "PERMISSION_DENIED"
+        );
+    }
+}
