@@ -63,6 +63,14 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
         }
     };
     init_logging(config.log_format, &config.log_level);
+    // Before any thread exists: socket activation reads and clears LISTEN_* variables.
+    let activated = match corral::daemon::listener::from_socket_activation() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,7 +81,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    match rt.block_on(corral::daemon::server::serve(config)) {
+    match rt.block_on(corral::daemon::server::serve(config, activated)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -603,3 +603,51 @@ async fn sigterm_lets_in_flight_calls_finish() {
     assert!(d.terminate_wait().success());
     assert!(!d.socket.exists());
 }
+
+#[tokio::test]
+async fn serves_a_socket_passed_by_systemd_socket_activation() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let socket = dir.path().join("activated.sock");
+    let mut child = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/socket_activate.py"
+        ))
+        .arg(&socket)
+        .arg(CORRAL)
+        .args(["serve", "--listen", &format!("unix:{}", socket.display())])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let target = socket.to_str().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let channel = loop {
+        if let Ok(c) = corral::client::connect(target).await {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "activated daemon did not answer"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let resp = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        resp.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    // The socket file belongs to the activator (systemd), not to the daemon.
+    assert!(socket.exists());
+}

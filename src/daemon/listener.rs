@@ -56,3 +56,45 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Str
         .map_err(|e| format!("cannot set permissions of {}: {e}", path.display()))?;
     Ok(listener)
 }
+
+/// A listening Unix socket passed by systemd socket activation (`LISTEN_PID`/`LISTEN_FDS`, the
+/// first descriptor is 3), if this process was started that way. The variables are removed so
+/// nothing started later mistakes them for its own.
+/// Call it before any thread starts (it edits the environment).
+pub fn from_socket_activation() -> Result<Option<std::os::unix::net::UnixListener>, String> {
+    const SD_LISTEN_FDS_START: i32 = 3;
+    let pid = std::env::var("LISTEN_PID").ok();
+    let fds = std::env::var("LISTEN_FDS").ok();
+    let (Some(pid), Some(fds)) = (pid, fds) else {
+        return Ok(None);
+    };
+    if pid.parse::<u32>().ok() != Some(std::process::id()) {
+        return Ok(None);
+    }
+    // SAFETY: called from `main` before the runtime starts any thread.
+    unsafe {
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    if fds.parse::<u32>().unwrap_or(0) < 1 {
+        return Err("socket activation passed no descriptor (LISTEN_FDS=0)".into());
+    }
+    let fd = SD_LISTEN_FDS_START;
+    // SAFETY: systemd hands us this descriptor; we take ownership of it exactly once.
+    let std_listener = unsafe {
+        use std::os::fd::FromRawFd;
+        // Not inherited by anything we start (workers get their own descriptor 3).
+        if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == -1 {
+            return Err(format!(
+                "socket activation: descriptor 3 is not usable: {}",
+                io::Error::last_os_error()
+            ));
+        }
+        std::os::unix::net::UnixListener::from_raw_fd(fd)
+    };
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("socket activation: {e}"))?;
+    Ok(Some(std_listener))
+}

@@ -23,7 +23,17 @@ use tonic::transport::Server;
 const RESPONSE_FLUSH: Duration = Duration::from_millis(500);
 
 /// Runs the daemon until SIGTERM or SIGINT.
-pub async fn serve(config: Config) -> Result<(), String> {
+/// `activated`: a listening socket from systemd socket activation, used instead of binding
+/// (the unit then owns the socket file and its permissions).
+pub async fn serve(
+    config: Config,
+    activated: Option<std::os::unix::net::UnixListener>,
+) -> Result<(), String> {
+    let mut activated = activated
+        .map(tokio::net::UnixListener::from_std)
+        .transpose()
+        .map_err(|e| format!("socket activation: descriptor 3 is not a Unix socket: {e}"))?;
+    let owns_socket_file = activated.is_none();
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
     let audit = Audit::new(config.audit_log.as_deref())?;
@@ -102,7 +112,10 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>> = match &config.listen
     {
         ListenAddr::Unix(path) => {
-            let uds = listener::bind_unix(path, config.socket_mode)?;
+            let uds = match activated.take() {
+                Some(l) => l,
+                None => listener::bind_unix(path, config.socket_mode)?,
+            };
             announce(&config.listen);
             tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), stopped))
         }
@@ -147,7 +160,9 @@ pub async fn serve(config: Config) -> Result<(), String> {
         }
     }
     expiry.abort();
-    if let ListenAddr::Unix(path) = &config.listen {
+    if let ListenAddr::Unix(path) = &config.listen
+        && owns_socket_file
+    {
         let _ = std::fs::remove_file(path);
     }
     tracing::info!("stopped");
