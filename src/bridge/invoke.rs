@@ -71,7 +71,7 @@ fn shell_call(
     let req = exec_request(
         args.argv()?,
         args.workdir.as_deref(),
-        args.timeout_ms,
+        ctx.clamp_timeout(args.timeout_ms),
         &ctx.exec_context(),
     );
     let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;

@@ -2,6 +2,7 @@
 //! win over the file, the file over the defaults.
 
 use crate::daemon::identity::RootCallers;
+use crate::daemon::policy::PolicyConfig;
 use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
 use clap::Args;
@@ -129,6 +130,7 @@ struct FileConfig {
     root_callers: Option<RootCallers>,
     insecure_loopback_tcp: Option<bool>,
     audit_log: Option<String>,
+    policy: Option<PolicyConfig>,
 }
 
 /// The effective configuration.
@@ -153,6 +155,8 @@ pub struct Config {
     pub root_callers: RootCallers,
     /// The audit log target (a path or `-`), if any.
     pub audit_log: Option<String>,
+    /// The operator policy (`[policy]` tables of the config file).
+    pub policy: PolicyConfig,
 }
 
 impl Config {
@@ -251,7 +255,13 @@ impl Config {
         }
         let profiles_dir = args.profiles_dir.clone().or(file.profiles_dir);
         let profiles = ProfileSet::load(profiles_dir.as_deref())?;
+        let policy = file.policy.clone().unwrap_or_default();
+        policy.validate().map_err(|e| match &args.config {
+            Some(path) => format!("config file {}: {e}", path.display()),
+            None => e,
+        })?;
         Ok(Config {
+            policy,
             audit_log: args.audit_log.clone().or(file.audit_log),
             root_callers: args
                 .root_callers
@@ -279,6 +289,16 @@ impl Config {
             ),
         })
     }
+}
+
+/// Re-reads the policy from the config file (SIGHUP); an error keeps the running policy.
+pub fn reload_policy(path: &Path) -> Result<PolicyConfig, String> {
+    let file = read_file_config(path)?;
+    let policy = file.policy.unwrap_or_default();
+    policy
+        .validate()
+        .map_err(|e| format!("config file {}: {e}", path.display()))?;
+    Ok(policy)
 }
 
 fn read_file_config(path: &Path) -> Result<FileConfig, String> {

@@ -176,6 +176,7 @@ impl Executor {
             env: Default::default(),
             owner_uid: 0,
             identity: None,
+            timeout_ceiling_ms: u64::MAX,
             profile: String::new(),
             policy: None,
         };
@@ -246,5 +247,6 @@ pub fn context_of(session: &Session) -> CallContext {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        timeout_ceiling_ms: session.timeout_ceiling_ms,
     }
 }

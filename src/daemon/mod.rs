@@ -7,6 +7,7 @@ pub mod executor;
 pub mod identity;
 pub mod inflight;
 pub mod listener;
+pub mod policy;
 pub mod pool;
 pub mod server;
 pub mod service;

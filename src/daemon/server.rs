@@ -9,6 +9,7 @@ use crate::daemon::config::{Config, ListenAddr};
 use crate::daemon::executor::Executor;
 use crate::daemon::inflight::InFlight;
 use crate::daemon::listener;
+use crate::daemon::policy::PolicyConfig;
 use crate::daemon::service::CorralService;
 use crate::daemon::sessions::SessionStore;
 use crate::pb::FILE_DESCRIPTOR_SET;
@@ -37,7 +38,12 @@ pub async fn serve(
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
     let audit = Audit::new(config.audit_log.as_deref())?;
-    tokio::spawn(reopen_on_sighup(audit.clone()));
+    let policy = Arc::new(std::sync::RwLock::new(config.policy.clone()));
+    tokio::spawn(reload_on_sighup(
+        audit.clone(),
+        policy.clone(),
+        config.config_file.clone(),
+    ));
     let executor = Executor::new(
         config.degraded_layers.clone(),
         config.state_paths(),
@@ -54,6 +60,7 @@ pub async fn serve(
         allow_escalation: config.allow_escalation,
         root_callers: config.root_callers,
         audit: audit.clone(),
+        policy: policy.clone(),
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -213,8 +220,13 @@ async fn expire_idle_sessions(sessions: SessionStore, executor: Executor) {
     }
 }
 
-/// SIGHUP: reopen the audit log (logrotate moved it away).
-async fn reopen_on_sighup(audit: Audit) {
+/// SIGHUP: reopen the audit log (logrotate moved it away) and reload the policy from the config
+/// file. An invalid config keeps the running policy and says why.
+async fn reload_on_sighup(
+    audit: Audit,
+    policy: Arc<std::sync::RwLock<PolicyConfig>>,
+    config_file: Option<std::path::PathBuf>,
+) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::error!("cannot install the SIGHUP handler; the audit log will not be reopened");
         return;
@@ -223,6 +235,15 @@ async fn reopen_on_sighup(audit: Audit) {
         match audit.reopen() {
             Ok(()) => tracing::info!("SIGHUP: audit log reopened"),
             Err(e) => tracing::error!("SIGHUP: {e}; still writing to the old file"),
+        }
+        if let Some(path) = &config_file {
+            match crate::daemon::config::reload_policy(path) {
+                Ok(new) => {
+                    *policy.write().unwrap_or_else(|p| p.into_inner()) = new;
+                    tracing::info!(config = %path.display(), "SIGHUP: policy reloaded");
+                }
+                Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),
+            }
         }
     }
 }

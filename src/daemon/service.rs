@@ -7,6 +7,7 @@ use crate::daemon::audit::{self, Audit};
 use crate::daemon::executor::Executor;
 use crate::daemon::identity::{Caller, RootCallers, caller_of, worker_identity};
 use crate::daemon::inflight::InFlight;
+use crate::daemon::policy::{PolicyConfig, Rule, names_of};
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub struct CorralService {
     pub root_callers: RootCallers,
     /// One JSON line per call.
     pub audit: Audit,
+    /// The operator policy; replaced on SIGHUP.
+    pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
     pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
 }
@@ -139,6 +142,19 @@ impl Sessions for CorralService {
         self.executor.resolve_profile(&mut session, mode_given)?;
         session.owner_uid = caller.uid;
         session.identity = worker_identity(caller, self.root_callers)?;
+        let rule = self.rule_for(caller, session.identity.as_ref());
+        rule.check_mode(session.mode)
+            .map_err(Status::permission_denied)?;
+        for dir in std::iter::once(&session.cwd).chain(&session.writable_roots) {
+            rule.check_root(dir).map_err(Status::permission_denied)?;
+        }
+        if self.sessions.owned_by(caller.uid) >= rule.max_sessions {
+            return Err(Status::resource_exhausted(format!(
+                "uid {} already has {} open sessions, the most policy rule `{}` allows; close some",
+                caller.uid, rule.max_sessions, rule.name
+            )));
+        }
+        session.timeout_ceiling_ms = rule.timeout_ceiling_ms;
         if caller.uid == 0
             && self.root_callers == RootCallers::Confined
             && session.mode == crate::sandbox::policy::Mode::DangerFullAccess
@@ -286,6 +302,7 @@ impl Tools for CorralService {
         let caller = caller_of(&request)?;
         let req = request.into_inner();
         let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
+        self.check_timeout(caller, &req)?;
         match self
             .run_as(caller, &req.session_id.clone(), Call::Shell(req), escalated)
             .await?
@@ -376,12 +393,39 @@ impl CorralService {
         }
     }
 
+    /// A typed Shell call may not ask for more time than the caller's policy allows.
+    fn check_timeout(&self, caller: Caller, req: &api::ShellRequest) -> Result<(), Status> {
+        let session = self.session(&req.session_id, caller)?;
+        match req.timeout_ms {
+            Some(t) if t > session.timeout_ceiling_ms => Err(Status::permission_denied(format!(
+                "timeout_ms {t} exceeds the {} ms ceiling of the session's policy rule",
+                session.timeout_ceiling_ms
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The policy rule that applies to a caller.
+    fn rule_for(
+        &self,
+        caller: Caller,
+        identity: Option<&crate::sandbox::policy::Identity>,
+    ) -> Rule {
+        let (user, groups) = names_of(caller.uid, identity);
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .rule_for(user.as_deref(), &groups)
+    }
+
     fn audit_wanted(&self) -> bool {
         self.audit.enabled()
     }
 
     fn may_escalate(&self, caller: Caller) -> bool {
-        self.allow_escalation && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
+        self.allow_escalation
+            && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
+            && self.rule_for(caller, None).allow_escalation
     }
 }
 

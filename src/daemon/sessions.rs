@@ -22,6 +22,8 @@ pub struct Session {
     pub owner_uid: u32,
     /// Who the session's worker runs as (`None`: the daemon's own identity, or root).
     pub identity: Option<crate::sandbox::policy::Identity>,
+    /// The longest command timeout the owner's policy allows, in milliseconds.
+    pub timeout_ceiling_ms: u64,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
     pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
@@ -110,6 +112,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         profile: req.profile.clone(),
         owner_uid: 0,
         identity: None,
+        timeout_ceiling_ms: u64::MAX,
         policy: None,
     })
 }
@@ -207,6 +210,14 @@ impl SessionStore {
             .iter()
             .filter_map(|id| table.remove(id).map(|e| e.session))
             .collect()
+    }
+
+    /// Open sessions owned by `uid`.
+    pub fn owned_by(&self, uid: u32) -> usize {
+        self.table()
+            .values()
+            .filter(|e| e.session.owner_uid == uid)
+            .count()
     }
 
     pub fn len(&self) -> usize {

@@ -33,11 +33,23 @@ pub struct ToolContext {
     pub cancel: Arc<AtomicBool>,
     /// Runs commands.
     pub runner: Arc<dyn CommandRunner>,
+    /// The longest command timeout the caller's policy allows (ms); longer requests are clamped.
+    pub timeout_ceiling_ms: u64,
     /// Where apply_patch may write (the session's writable roots and protected paths).
     pub patch: crate::tools::apply_patch::PatchContext,
 }
 
 impl ToolContext {
+    /// A command's timeout request clamped to the policy ceiling (the default also obeys it).
+    pub fn clamp_timeout(&self, requested: Option<u64>) -> Option<u64> {
+        let wanted = requested.unwrap_or(crate::tools::shell::DEFAULT_EXEC_COMMAND_TIMEOUT_MS);
+        if wanted > self.timeout_ceiling_ms {
+            Some(self.timeout_ceiling_ms)
+        } else {
+            requested
+        }
+    }
+
     /// The shell tools' view of the session.
     pub fn exec_context(&self) -> crate::tools::shell::SessionExecContext {
         crate::tools::shell::SessionExecContext {

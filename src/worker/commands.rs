@@ -115,6 +115,7 @@ pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
             protected_missing: Vec::new(),
             sandboxed: false,
         }),
+        timeout_ceiling_ms: u64::MAX,
         patch: crate::tools::apply_patch::PatchContext {
             cwd: cwd.to_path_buf(),
             writable_roots: vec![cwd.to_path_buf()],

@@ -178,7 +178,12 @@ fn shell_call(
         None => TruncationPolicy::default(),
     };
     let workdir = (!req.workdir.is_empty()).then_some(req.workdir.as_str());
-    let exec = exec_request(argv, workdir, req.timeout_ms, &ctx.exec_context());
+    let exec = exec_request(
+        argv,
+        workdir,
+        ctx.clamp_timeout(req.timeout_ms),
+        &ctx.exec_context(),
+    );
     if stream {
         emit(Reply::ShellEvent(api::ShellStreamEvent {
             event: Some(api::shell_stream_event::Event::Begin(api::ShellBegin {

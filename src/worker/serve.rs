@@ -152,6 +152,10 @@ impl WorkerState {
         let mut patch = self.patch_rules.clone();
         patch.cwd = cwd.clone();
         ToolContext {
+            timeout_ceiling_ms: call
+                .map(|c| c.timeout_ceiling_ms)
+                .filter(|t| *t > 0)
+                .unwrap_or(u64::MAX),
             patch,
             cwd,
             env: call

@@ -1,0 +1,254 @@
+//! Operator policy: which modes each user (or group) may request, whether they may escalate,
+//! where their sessions may live, and their limits. Read from the `[policy]` tables of the config
+//! file; reloaded on SIGHUP (an invalid reload keeps the old policy). A refusal names the rule.
+//!
+//! ```toml
+//! [policy.default]                 # everyone without a more specific rule
+//! modes = ["read-only", "workspace-write"]
+//! allow_escalation = false
+//! roots_under = []                 # if set: cwd and writable roots must lie under one of these
+//! max_sessions = 64                # open sessions per user
+//! timeout_ceiling_ms = 600000      # longest command timeout
+//!
+//! [policy.users.alice]             # a user's rule wins over their groups' rules
+//! modes = ["read-only", "workspace-write", "danger-full-access"]
+//!
+//! [policy.groups.ci]               # the first matching group, in name order
+//! max_sessions = 256
+//! ```
+//! Keys a rule leaves out come from `policy.default`, then from the built-in defaults.
+
+use crate::sandbox::policy::{Identity, Mode};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One rule as written; every key optional.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    pub modes: Option<Vec<Mode>>,
+    pub allow_escalation: Option<bool>,
+    pub roots_under: Option<Vec<PathBuf>>,
+    pub max_sessions: Option<usize>,
+    pub timeout_ceiling_ms: Option<u64>,
+}
+
+/// The `[policy]` table.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    #[serde(default)]
+    pub default: RuleConfig,
+    #[serde(default)]
+    pub users: BTreeMap<String, RuleConfig>,
+    #[serde(default)]
+    pub groups: BTreeMap<String, RuleConfig>,
+}
+
+/// The rule that applies to one caller, resolved, with its name for refusals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// e.g. `policy.users.alice`, `policy.groups.ci`, `policy.default`.
+    pub name: String,
+    pub modes: Vec<Mode>,
+    pub allow_escalation: bool,
+    pub roots_under: Vec<PathBuf>,
+    pub max_sessions: usize,
+    pub timeout_ceiling_ms: u64,
+}
+
+impl PolicyConfig {
+    /// Checks the policy (absolute paths, sane limits); errors name the rule and key.
+    pub fn validate(&self) -> Result<(), String> {
+        let rules = std::iter::once(("policy.default".to_string(), &self.default))
+            .chain(
+                self.users
+                    .iter()
+                    .map(|(n, r)| (format!("policy.users.{n}"), r)),
+            )
+            .chain(
+                self.groups
+                    .iter()
+                    .map(|(n, r)| (format!("policy.groups.{n}"), r)),
+            );
+        for (name, rule) in rules {
+            for root in rule.roots_under.iter().flatten() {
+                if !root.is_absolute() {
+                    return Err(format!(
+                        "{name}.roots_under: `{}` must be an absolute path",
+                        root.display()
+                    ));
+                }
+            }
+            if rule.max_sessions == Some(0) {
+                return Err(format!("{name}.max_sessions must be greater than zero"));
+            }
+            if rule.timeout_ceiling_ms == Some(0) {
+                return Err(format!(
+                    "{name}.timeout_ceiling_ms must be greater than zero"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule for a caller: their user rule, else their first group rule (by name), else the
+    /// default; missing keys filled from the default rule, then the built-ins.
+    pub fn rule_for(&self, user: Option<&str>, groups: &[String]) -> Rule {
+        let (name, specific) = match user.and_then(|u| self.users.get(u).map(|r| (u, r))) {
+            Some((u, r)) => (format!("policy.users.{u}"), Some(r)),
+            None => match self
+                .groups
+                .iter()
+                .find(|(g, _)| groups.iter().any(|mine| mine == *g))
+            {
+                Some((g, r)) => (format!("policy.groups.{g}"), Some(r)),
+                None => ("policy.default".to_string(), None),
+            },
+        };
+        let d = &self.default;
+        Rule {
+            name,
+            modes: pick(specific, d, |r| r.modes.clone()).unwrap_or_else(|| {
+                vec![Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
+            }),
+            allow_escalation: pick(specific, d, |r| r.allow_escalation).unwrap_or(true),
+            roots_under: pick(specific, d, |r| r.roots_under.clone()).unwrap_or_default(),
+            max_sessions: pick(specific, d, |r| r.max_sessions).unwrap_or(usize::MAX),
+            timeout_ceiling_ms: pick(specific, d, |r| r.timeout_ceiling_ms).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// A key from the specific rule, else from the default rule.
+fn pick<T>(
+    specific: Option<&RuleConfig>,
+    default: &RuleConfig,
+    key: impl Fn(&RuleConfig) -> Option<T>,
+) -> Option<T> {
+    specific.and_then(&key).or_else(|| key(default))
+}
+
+impl Rule {
+    pub fn check_mode(&self, mode: Mode) -> Result<(), String> {
+        if self.modes.contains(&mode) {
+            return Ok(());
+        }
+        let allowed: Vec<&str> = self.modes.iter().map(|m| m.as_str()).collect();
+        Err(format!(
+            "mode {} is not allowed by policy rule `{}` (allowed: {})",
+            mode.as_str(),
+            self.name,
+            allowed.join(", ")
+        ))
+    }
+
+    pub fn check_root(&self, path: &Path) -> Result<(), String> {
+        if self.roots_under.is_empty() || self.roots_under.iter().any(|r| path.starts_with(r)) {
+            return Ok(());
+        }
+        Err(format!(
+            "{} is outside the directories policy rule `{}` allows ({})",
+            path.display(),
+            self.name,
+            self.roots_under
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// The user name and group names of an identity (for rule lookup).
+pub fn names_of(uid: u32, identity: Option<&Identity>) -> (Option<String>, Vec<String>) {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten();
+    let gids: Vec<u32> = match identity {
+        Some(id) => id.groups.iter().copied().chain([id.gid]).collect(),
+        None => user.iter().map(|u| u.gid.as_raw()).collect(),
+    };
+    let groups = gids
+        .into_iter()
+        .filter_map(|g| {
+            nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(g))
+                .ok()
+                .flatten()
+        })
+        .map(|g| g.name)
+        .collect();
+    (user.map(|u| u.name), groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> PolicyConfig {
+        #[derive(Deserialize)]
+        struct Wrap {
+            policy: PolicyConfig,
+        }
+        toml::from_str::<Wrap>(text).unwrap().policy
+    }
+
+    #[test]
+    fn user_rules_win_over_groups_and_fill_from_the_default() {
+        let p = config(
+            r#"
+            [policy.default]
+            modes = ["read-only"]
+            max_sessions = 2
+            [policy.users.alice]
+            modes = ["read-only", "workspace-write"]
+            [policy.groups.ci]
+            max_sessions = 50
+            "#,
+        );
+        let alice = p.rule_for(Some("alice"), &["ci".into()]);
+        assert_eq!(alice.name, "policy.users.alice");
+        assert_eq!(alice.max_sessions, 2, "filled from the default");
+        assert!(alice.check_mode(Mode::WorkspaceWrite).is_ok());
+        let bob = p.rule_for(Some("bob"), &["ci".into()]);
+        assert_eq!(
+            (bob.name.as_str(), bob.max_sessions),
+            ("policy.groups.ci", 50)
+        );
+        let err = bob.check_mode(Mode::DangerFullAccess).unwrap_err();
+        assert!(
+            err.contains("policy.groups.ci") && err.contains("read-only"),
+            "{err}"
+        );
+        assert_eq!(p.rule_for(None, &[]).name, "policy.default");
+    }
+
+    #[test]
+    fn validation_names_rule_and_key() {
+        let p = config("[policy.users.x]\nroots_under = [\"rel\"]\n");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("policy.users.x.roots_under")
+        );
+        let p = config("[policy.default]\nmax_sessions = 0\n");
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .contains("policy.default.max_sessions")
+        );
+    }
+
+    #[test]
+    fn roots_under_confines_session_directories() {
+        let p = config("[policy.default]\nroots_under = [\"/srv/work\"]\n");
+        let r = p.rule_for(None, &[]);
+        assert!(r.check_root(Path::new("/srv/work/a")).is_ok());
+        assert!(
+            r.check_root(Path::new("/etc"))
+                .unwrap_err()
+                .contains("policy.default")
+        );
+    }
+}
