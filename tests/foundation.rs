@@ -606,7 +606,7 @@ async fn sigterm_lets_in_flight_calls_finish() {
 
 #[tokio::test]
 async fn serves_a_socket_passed_by_systemd_socket_activation() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = common::outside();
     let socket = dir.path().join("activated.sock");
     let mut child = std::process::Command::new("python3")
         .arg(concat!(

@@ -387,3 +387,51 @@ async fn a_dead_worker_fails_only_its_calls_and_is_replaced() {
         "orphaned command survived"
     );
 }
+
+#[tokio::test]
+async fn closing_a_session_cancels_its_running_commands() {
+    // danger-full-access has no PID namespace to end them, so this is the demanding case.
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::DangerFullAccess).await;
+    let mut tools = d.tools().await;
+    let sid = id.clone();
+    let call = tokio::spawn(async move {
+        tools
+            .shell(api::ShellRequest {
+                session_id: sid,
+                command: vec![
+                    "bash".into(),
+                    "-c".into(),
+                    "setsid sleep 1237 & sleep 1236".into(),
+                ],
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.sessions()
+        .await
+        .close_session(api::CloseSessionRequest { session_id: id })
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Cancelled);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, ps) = host_sh("ps -eo args");
+        if !ps.lines().any(|l| l == "sleep 1236" || l == "sleep 1237") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "commands of the closed session survived:\n{ps}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -34,6 +34,8 @@ pub struct Record<'a> {
     pub time: String,
     pub uid: u32,
     pub pid: Option<i32>,
+    /// For authenticated TCP: `token:NAME` or `cert:NAME` (never the secret).
+    pub credential: Option<String>,
     pub session: &'a str,
     pub tool: &'a str,
     /// The argv of a command, or the paths a call named. Never file contents.
@@ -114,6 +116,7 @@ impl Audit {
     pub fn call(
         &self,
         caller: Caller,
+        credential: Option<String>,
         session: &str,
         mode: &str,
         call: &Call,
@@ -134,6 +137,7 @@ impl Audit {
             time: rfc3339(SystemTime::now()),
             uid: caller.uid,
             pid: caller.pid,
+            credential,
             session,
             tool: &tool,
             targets,

@@ -1,6 +1,7 @@
 //! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
 //! win over the file, the file over the defaults.
 
+use crate::daemon::auth::{TlsConfig, TokenConfig};
 use crate::daemon::identity::RootCallers;
 use crate::daemon::policy::PolicyConfig;
 use crate::sandbox::profile::ProfileSet;
@@ -69,8 +70,8 @@ pub struct ServeArgs {
     /// $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<ListenAddr>,
-    /// Permissions of the Unix socket file, octal. Default 0600: only the daemon's user may
-    /// connect (callers are not yet mapped to their own uid).
+    /// Permissions of the Unix socket file, octal. Default: 0666 as root (local users connect
+    /// and run as themselves, identified by peer credentials), 0600 otherwise.
     #[arg(long, value_name = "OCTAL")]
     pub socket_mode: Option<String>,
     /// Log format: text or json.
@@ -111,6 +112,17 @@ pub struct ServeArgs {
     /// Audit log: a file (one JSON line per call; reopened on SIGHUP) or `-` for stdout.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<String>,
+    /// TLS certificate chain (PEM) for TCP. With --tls-key, TCP may listen on any address and
+    /// callers authenticate with a client certificate or a bearer token (see [tls] and
+    /// [[tokens]] in the config file for the mappings to local users).
+    #[arg(long, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for TCP.
+    #[arg(long, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) that signs client certificates; enables mTLS.
+    #[arg(long, value_name = "PEM")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// The config file's keys (all optional).
@@ -131,6 +143,8 @@ struct FileConfig {
     insecure_loopback_tcp: Option<bool>,
     audit_log: Option<String>,
     policy: Option<PolicyConfig>,
+    tls: Option<TlsConfig>,
+    tokens: Option<Vec<TokenConfig>>,
 }
 
 /// The effective configuration.
@@ -157,6 +171,10 @@ pub struct Config {
     pub audit_log: Option<String>,
     /// The operator policy (`[policy]` tables of the config file).
     pub policy: PolicyConfig,
+    /// TLS for TCP (certificate, key, client CA, certificate → user mappings).
+    pub tls: TlsConfig,
+    /// Bearer tokens (hashed) → users.
+    pub tokens: Vec<TokenConfig>,
 }
 
 impl Config {
@@ -172,10 +190,17 @@ impl Config {
         if let Some(file) = &self.config_file {
             paths.push(std::fs::canonicalize(file).unwrap_or_else(|_| file.clone()));
         }
+        for key in [&self.tls.key, &self.tls.cert].into_iter().flatten() {
+            paths.push(std::fs::canonicalize(key).unwrap_or_else(|_| key.clone()));
+        }
         if let Some(log) = self.audit_log.as_deref().filter(|l| *l != "-") {
             let log = PathBuf::from(log);
             paths.push(std::fs::canonicalize(&log).unwrap_or(log));
         }
+        // A path inside another is hidden with it (and a mount on it would fail).
+        let all = paths.clone();
+        paths.retain(|p| !all.iter().any(|q| q != p && p.starts_with(q)));
+        paths.dedup();
         paths
     }
 
@@ -190,20 +215,44 @@ impl Config {
             (None, Some(s)) => s.parse().map_err(|e| format!("config key `listen`: {e}"))?,
             (None, None) => ListenAddr::Unix(default_socket_path()),
         };
-        if let ListenAddr::Tcp(addr) = &listen {
+        let mut tls = file.tls.clone().unwrap_or_default();
+        tls.cert = args.tls_cert.clone().or(tls.cert);
+        tls.key = args.tls_key.clone().or(tls.key);
+        tls.client_ca = args.tls_client_ca.clone().or(tls.client_ca);
+        let tokens = file.tokens.clone().unwrap_or_default();
+        let tls_on = match (&tls.cert, &tls.key) {
+            (Some(_), Some(_)) => true,
+            (None, None) => false,
+            _ => return Err("tls: both tls_cert and tls_key are needed".into()),
+        };
+        crate::daemon::auth::Credentials {
+            clients: tls.clients.clone(),
+            tokens: tokens.clone(),
+        }
+        .validate()?;
+        if let ListenAddr::Tcp(addr) = &listen
+            && !tls_on
+        {
             if !addr.ip().is_loopback() {
                 return Err(format!(
-                    "refusing to listen on {addr}: TCP is only allowed on a loopback address \
-                     until authenticated TCP is configured; use a Unix socket"
+                    "refusing to listen on {addr}: plain TCP is only allowed on a loopback \
+                     address; configure tls_cert and tls_key for authenticated TCP"
                 ));
             }
             if !(args.insecure_loopback_tcp || file.insecure_loopback_tcp.unwrap_or(false)) {
                 return Err(format!(
                     "refusing plain TCP on {addr}: it carries no caller identity, so any local \
-                     user could act as this daemon's user. Use a Unix socket, or pass \
-                     --insecure-loopback-tcp for development"
+                     user could act as this daemon's user. Use a Unix socket, configure \
+                     tls_cert and tls_key, or pass --insecure-loopback-tcp for development"
                 ));
             }
+        }
+        if !tls_on && (!tokens.is_empty() || !tls.clients.is_empty()) {
+            return Err(
+                "tokens and tls.clients need TLS (tls_cert and tls_key): a bearer \
+                        token sent over plain TCP could be read by anyone on the path"
+                    .into(),
+            );
         }
         let mode_text = args
             .socket_mode
@@ -261,6 +310,8 @@ impl Config {
             None => e,
         })?;
         Ok(Config {
+            tls,
+            tokens,
             policy,
             audit_log: args.audit_log.clone().or(file.audit_log),
             root_callers: args
@@ -372,6 +423,15 @@ mod tests {
             ..Default::default()
         };
         assert!(Config::load(&args).unwrap_err().contains("loopback"));
+        let args = ServeArgs {
+            tls_cert: Some("/x.pem".into()),
+            ..args
+        };
+        assert!(
+            Config::load(&args)
+                .unwrap_err()
+                .contains("both tls_cert and tls_key")
+        );
     }
 
     #[test]

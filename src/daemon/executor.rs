@@ -22,6 +22,9 @@ pub const RUNTIME_SOCKETS: &[&str] = &[
     "/run/podman/podman.sock",
 ];
 
+/// The uid the start-up probe runs as when the daemon is root (`nobody` on most systems).
+const PROBE_UID: u32 = 65534;
+
 /// Runs calls for sessions.
 #[derive(Clone)]
 pub struct Executor {
@@ -175,8 +178,17 @@ impl Executor {
             exclude_slash_tmp: true,
             env: Default::default(),
             owner_uid: 0,
-            identity: None,
+            // As root, probe as an unprivileged user, so a host that cannot switch identities
+            // (no CAP_SETUID/SETGID, e.g. a restricted container) shows up before any call.
+            identity: nix::unistd::geteuid()
+                .is_root()
+                .then(|| crate::sandbox::policy::Identity {
+                    uid: PROBE_UID,
+                    gid: PROBE_UID,
+                    groups: Vec::new(),
+                }),
             timeout_ceiling_ms: u64::MAX,
+            closed: Default::default(),
             profile: String::new(),
             policy: None,
         };
@@ -234,7 +246,13 @@ impl Executor {
         escalated: bool,
     ) -> Result<Reply, Status> {
         let worker = self.worker_for(session, escalated).await?;
-        worker.call(context_of(session), call).await
+        tokio::select! {
+            result = worker.call(context_of(session), call) => result,
+            // Dropping the call future cancels it in the worker.
+            _ = session.closed.cancelled() => Err(Status::cancelled(
+                "the session was closed while the call was running; the call was cancelled",
+            )),
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub struct Caller {
     pub gid: u32,
     /// The calling process, when the transport tells (Unix sockets do).
     pub pid: Option<i32>,
+    /// For authenticated TCP: the index of the credential used (see `Authenticator::name`).
+    pub credential: Option<usize>,
 }
 
 /// How root callers are treated (an explicit operator rule, not default trust).
@@ -29,27 +31,86 @@ pub enum RootCallers {
     Deny,
 }
 
-/// The caller of `request`. Unix sockets carry the peer's credentials; TCP (loopback, only
-/// with the operator's explicit insecure flag) is treated as the daemon's own user.
-pub fn caller_of<T>(request: &Request<T>) -> Result<Caller, Status> {
-    if let Some(info) = request
-        .extensions()
-        .get::<tonic::transport::server::UdsConnectInfo>()
-    {
-        let cred = info.peer_cred.ok_or_else(|| {
-            Status::unauthenticated("the Unix socket did not report the caller's credentials")
-        })?;
-        return Ok(Caller {
-            uid: cred.uid(),
-            gid: cred.gid(),
-            pid: cred.pid(),
-        });
+/// Identifies callers: Unix sockets by peer credentials; TCP by TLS client certificate or
+/// bearer token when TLS is configured, else (explicit insecure loopback mode) as the daemon's
+/// own user.
+#[derive(Debug, Clone, Default)]
+pub struct Authenticator {
+    /// `Some` when TCP is served over TLS: who may authenticate, and as whom.
+    pub credentials: Option<crate::daemon::auth::Credentials>,
+    /// Credential names seen so far, indexed by `Caller::credential` (for the audit log).
+    names: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Authenticator {
+    pub fn new(credentials: Option<crate::daemon::auth::Credentials>) -> Self {
+        Self {
+            credentials,
+            names: Default::default(),
+        }
     }
-    Ok(Caller {
-        uid: nix::unistd::geteuid().as_raw(),
-        gid: nix::unistd::getegid().as_raw(),
-        pid: None,
-    })
+
+    /// The credential name behind `Caller::credential`.
+    pub fn name(&self, index: usize) -> Option<String> {
+        self.names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(index)
+            .cloned()
+    }
+
+    fn remember(&self, name: String) -> usize {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name);
+                names.len() - 1
+            }
+        }
+    }
+
+    /// The caller of `request`.
+    pub fn caller_of<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        if let Some(info) = request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+        {
+            let cred = info.peer_cred.ok_or_else(|| {
+                Status::unauthenticated("the Unix socket did not report the caller's credentials")
+            })?;
+            return Ok(Caller {
+                uid: cred.uid(),
+                gid: cred.gid(),
+                pid: cred.pid(),
+                credential: None,
+            });
+        }
+        let Some(credentials) = &self.credentials else {
+            // Plain TCP, allowed only by the operator's explicit insecure loopback flag.
+            return Ok(Caller {
+                uid: nix::unistd::geteuid().as_raw(),
+                gid: nix::unistd::getegid().as_raw(),
+                pid: None,
+                credential: None,
+            });
+        };
+        let principal = credentials.authenticate(request)?;
+        let user = User::from_name(&principal.user)
+            .map_err(|e| Status::internal(format!("cannot read the user database: {e}")))?
+            .ok_or_else(|| {
+                tracing::error!(credential = %principal.credential, user = %principal.user, "credential maps to an unknown user");
+                Status::unauthenticated(
+                    "authentication required: present a valid client certificate or token",
+                )
+            })?;
+        Ok(Caller {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            pid: None,
+            credential: Some(self.remember(principal.credential)),
+        })
+    }
 }
 
 /// The identity a caller's worker runs as. A root daemon becomes the caller; a daemon that is

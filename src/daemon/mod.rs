@@ -2,6 +2,7 @@
 //! It authenticates and routes; it never touches user files itself.
 
 pub mod audit;
+pub mod auth;
 pub mod config;
 pub mod executor;
 pub mod identity;

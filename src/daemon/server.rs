@@ -37,6 +37,7 @@ pub async fn serve(
     let owns_socket_file = activated.is_none();
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     let in_flight = InFlight::default();
+    let tls_on = config.tls.cert.is_some() && matches!(config.listen, ListenAddr::Tcp(_));
     let audit = Audit::new(config.audit_log.as_deref())?;
     let policy = Arc::new(std::sync::RwLock::new(config.policy.clone()));
     tokio::spawn(reload_on_sighup(
@@ -60,6 +61,12 @@ pub async fn serve(
         allow_escalation: config.allow_escalation,
         root_callers: config.root_callers,
         audit: audit.clone(),
+        auth: crate::daemon::identity::Authenticator::new(tls_on.then(|| {
+            crate::daemon::auth::Credentials {
+                clients: config.tls.clients.clone(),
+                tokens: config.tokens.clone(),
+            }
+        })),
         policy: policy.clone(),
     };
 
@@ -102,7 +109,13 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(|e| format!("cannot build reflection v1alpha: {e}"))?;
 
-    let router = Server::builder()
+    let mut builder = Server::builder();
+    if tls_on {
+        builder = builder
+            .tls_config(server_tls(&config)?)
+            .map_err(|e| format!("tls: {e}"))?;
+    }
+    let router = builder
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -246,4 +259,24 @@ async fn reload_on_sighup(
             }
         }
     }
+}
+
+/// The server's TLS settings: its certificate and key, and (mTLS) the CA for client
+/// certificates — optional, because a caller may authenticate with a token instead.
+fn server_tls(config: &Config) -> Result<tonic::transport::ServerTlsConfig, String> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("tls: cannot read {}: {e}", p.display()))
+    };
+    let (Some(cert), Some(key)) = (&config.tls.cert, &config.tls.key) else {
+        return Err("tls: both tls_cert and tls_key are needed".into());
+    };
+    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(cert)?, read(key)?),
+    );
+    if let Some(ca) = &config.tls.client_ca {
+        tls = tls
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
+            .client_auth_optional(true);
+    }
+    Ok(tls)
 }

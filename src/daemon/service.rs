@@ -5,7 +5,7 @@ use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_s
 use crate::bridge::{self, ToolFormat};
 use crate::daemon::audit::{self, Audit};
 use crate::daemon::executor::Executor;
-use crate::daemon::identity::{Caller, RootCallers, caller_of, worker_identity};
+use crate::daemon::identity::{Authenticator, Caller, RootCallers, worker_identity};
 use crate::daemon::inflight::InFlight;
 use crate::daemon::policy::{PolicyConfig, Rule, names_of};
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
@@ -26,6 +26,8 @@ pub struct CorralService {
     pub root_callers: RootCallers,
     /// One JSON line per call.
     pub audit: Audit,
+    /// Identifies callers (peer credentials; TLS certificates and tokens on TCP).
+    pub auth: Authenticator,
     /// The operator policy; replaced on SIGHUP.
     pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
@@ -77,8 +79,10 @@ impl CorralService {
             } else {
                 session.mode.as_str()
             };
+            let credential = caller.credential.and_then(|i| self.auth.name(i));
             self.audit.call(
                 caller,
+                credential,
                 session_id,
                 mode,
                 &call,
@@ -132,7 +136,7 @@ impl Sessions for CorralService {
         &self,
         request: Request<api::OpenSessionRequest>,
     ) -> Result<Response<api::OpenSessionResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         let mut session =
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
@@ -199,7 +203,7 @@ impl Sessions for CorralService {
         &self,
         request: Request<api::CloseSessionRequest>,
     ) -> Result<Response<api::CloseSessionResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let id = request.into_inner().session_id;
         self.session(&id, caller)?;
         if let Some(session) = self.sessions.remove(&id) {
@@ -211,8 +215,9 @@ impl Sessions for CorralService {
 
     async fn get_capabilities(
         &self,
-        _request: Request<api::GetCapabilitiesRequest>,
+        request: Request<api::GetCapabilitiesRequest>,
     ) -> Result<Response<api::GetCapabilitiesResponse>, Status> {
+        self.auth.caller_of(&request)?;
         Ok(Response::new(api::GetCapabilitiesResponse {
             api_version: "corral.v1".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
@@ -239,7 +244,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ReadFileRequest>,
     ) -> Result<Response<api::ReadFileResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         match self
             .run(caller, &req.session_id.clone(), Call::ReadFile(req))
@@ -254,7 +259,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ListDirRequest>,
     ) -> Result<Response<api::ListDirResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         match self
             .run(caller, &req.session_id.clone(), Call::ListDir(req))
@@ -269,7 +274,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::GrepFilesRequest>,
     ) -> Result<Response<api::GrepFilesResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         match self
             .run(caller, &req.session_id.clone(), Call::GrepFiles(req))
@@ -284,7 +289,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ApplyPatchRequest>,
     ) -> Result<Response<api::ApplyPatchResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         match self
             .run(caller, &req.session_id.clone(), Call::ApplyPatch(req))
@@ -299,7 +304,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ShellRequest>,
     ) -> Result<Response<api::ShellResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
         self.check_timeout(caller, &req)?;
@@ -323,7 +328,7 @@ impl Tools for CorralService {
         &self,
         request: Request<api::ShellRequest>,
     ) -> Result<Response<Self::ShellStreamStream>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
         let guard = self.in_flight.enter();
@@ -335,11 +340,19 @@ impl Tools for CorralService {
             true,
         )?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let closed = session.closed.clone();
         tokio::spawn(async move {
             let _guard = guard;
             loop {
                 let next = tokio::select! {
                     frame = replies.recv() => frame,
+                    // The session closed: stop the command (dropping `handle` cancels it).
+                    _ = closed.cancelled() => {
+                        let _ = tx.send(Err(Status::cancelled(
+                            "the session was closed while the command was running",
+                        ))).await;
+                        return;
+                    }
                     // The client went away: returning drops `handle`, which cancels the
                     // command and kills its process tree.
                     _ = tx.closed() => return,
@@ -435,7 +448,7 @@ impl Bridge for CorralService {
         &self,
         request: Request<api::ListToolsRequest>,
     ) -> Result<Response<api::ListToolsResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         if !req.session_id.is_empty() {
             self.session(&req.session_id, caller)?;
@@ -459,7 +472,7 @@ impl Bridge for CorralService {
         &self,
         request: Request<api::InvokeRequest>,
     ) -> Result<Response<api::InvokeResponse>, Status> {
-        let caller = caller_of(&request)?;
+        let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         if req.name.is_empty() {
             return Err(invalid_field(

@@ -28,6 +28,9 @@ pub struct Session {
     pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
     pub policy: Option<SandboxPolicy>,
+    /// Cancelled when the session closes or expires: its calls in flight are cancelled too
+    /// (their process trees killed).
+    pub closed: tokio_util::sync::CancellationToken,
 }
 
 /// A rejected OpenSession: the field and the reason (INVALID_ARGUMENT).
@@ -114,6 +117,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         identity: None,
         timeout_ceiling_ms: u64::MAX,
         policy: None,
+        closed: Default::default(),
     })
 }
 
@@ -195,7 +199,9 @@ impl SessionStore {
     }
 
     pub fn remove(&self, id: &str) -> Option<Arc<Session>> {
-        self.table().remove(id).map(|e| e.session)
+        let session = self.table().remove(id).map(|e| e.session)?;
+        session.closed.cancel();
+        Some(session)
     }
 
     /// Drops sessions idle longer than the timeout and returns them.
@@ -209,6 +215,7 @@ impl SessionStore {
         expired
             .iter()
             .filter_map(|id| table.remove(id).map(|e| e.session))
+            .inspect(|s| s.closed.cancel())
             .collect()
     }
 

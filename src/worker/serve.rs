@@ -201,6 +201,22 @@ pub fn layer_to_api(r: &LayerReport) -> api::Layer {
     }
 }
 
+/// How long in-flight calls get to kill their process trees when the worker shuts down.
+const SHUTDOWN_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Cancels every in-flight call (each kills its command's tree) and waits for them to end.
+fn cancel_all_and_wait(cancels: &Mutex<HashMap<u64, Arc<AtomicBool>>>) {
+    for flag in cancels.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        flag.store(true, Ordering::SeqCst);
+    }
+    let deadline = std::time::Instant::now() + SHUTDOWN_KILL_WAIT;
+    while !cancels.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
     let state = Arc::new(state);
     let writer = Arc::new(Mutex::new(writer));
@@ -208,8 +224,13 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
     loop {
         let req: WorkerRequest = match frame::read_blocking(&mut reader) {
             Ok(Some(r)) => r,
-            // The daemon closed the socket (or sent garbage): nothing more to serve.
-            Ok(None) | Err(_) => return,
+            // The daemon closed the socket (or sent garbage): nothing more to serve. Commands
+            // still running must not outlive their worker (in danger-full-access there is no
+            // PID namespace to end them).
+            Ok(None) | Err(_) => {
+                cancel_all_and_wait(&cancels);
+                return;
+            }
         };
         let Some(call) = req.call else { continue };
         if let worker_request::Call::Cancel(target) = call {

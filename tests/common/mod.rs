@@ -28,8 +28,8 @@ impl Daemon {
     /// Starts `WRAPPER... corral serve ...` (e.g. under a seccomp filter) and waits for it.
     pub async fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Daemon {
         // The daemon's state (its socket directory) must not lie inside a writable root, and
-        // /tmp is one by default: keep it under the target directory.
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        // /tmp is one by default.
+        let dir = outside();
         let socket = dir.path().join("corral.sock");
         let log = dir.path().join("daemon.log");
         let mut cmd = match wrapper.split_first() {
@@ -232,9 +232,12 @@ impl Daemon {
     }
 }
 
-/// A scratch directory outside every writable root (not under /tmp, which is one by default).
+/// A scratch directory outside every writable root: not under /tmp (a root by default) — and
+/// the checkout itself may live under /tmp, so not under the target directory either.
 pub fn outside() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir")
+    let base = std::path::Path::new("/var/tmp/corral-tests");
+    std::fs::create_dir_all(base).expect("create /var/tmp/corral-tests");
+    tempfile::tempdir_in(base).expect("tempdir")
 }
 
 /// Runs `bash -c script` on the host (the baseline outside the sandbox); returns (status, output).
