@@ -105,6 +105,21 @@ impl TestUser {
     }
 }
 
+/// The CLI binary where every user may run it: the checkout may live in a directory only root
+/// can enter (e.g. /root), so the test runs a copy.
+fn client_binary() -> &'static Path {
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, path) = COPY.get_or_init(|| {
+        let dir = common::outside();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("corral");
+        std::fs::copy(CORRAL, &path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, path)
+    });
+    path
+}
+
 impl Drop for TestUser {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
