@@ -19,7 +19,8 @@
 //!
 //! Environment: `CORRAL_BENCH_N` (measured repetitions, default 200), `CORRAL_BENCH_WARMUP`
 //! (default 20), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench),
-//! `CORRAL_BENCH_NO_DAEMON=1` (skip the gRPC variant).
+//! `CORRAL_BENCH_NO_DAEMON=1` (skip the gRPC variant), `CORRAL_BENCH_DIR` (where the work
+//! directories live, default `$TMPDIR` or /tmp; e.g. /dev/shm to take the disk's `fsync` out).
 
 use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
 use corral::tools::apply_patch::{PatchContext, apply_patch, parse_patch};
@@ -330,6 +331,18 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The file system type of `path` (from `stat -f`), for the report.
+fn fs_type(path: &Path) -> String {
+    Command::new("stat")
+        .args(["-f", "-c", "%T"])
+        .arg(path)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into())
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Variant {
     CorralInProcess,
@@ -366,10 +379,13 @@ struct Workdir {
 
 impl Workdir {
     fn new() -> Workdir {
+        let base = std::env::var_os("CORRAL_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
         let dir = tempfile::Builder::new()
             .prefix("corral-bench-apply-patch-")
-            .tempdir()
-            .expect("tempdir");
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| fail(&format!("tempdir in {}: {e}", base.display())));
         let canonical = dir.path().canonicalize().expect("canonicalize");
         Workdir { dir, canonical }
     }
@@ -660,9 +676,16 @@ async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
     );
     println!(
         "all engines produced byte-identical results ({} bytes); N={n} per variant after {warmup} \
-         warm-up rounds, interleaved, fresh copy each time; {:.1} s; load average {load_before} \
-         -> {load_after}; {} CPUs; {git_version}",
+         warm-up rounds, interleaved, fresh copy each time; work dirs on {} ({}); {:.1} s; \
+         load average {load_before} -> {load_after}; {} CPUs; {git_version}",
         bench.want.len(),
+        bench
+            .local
+            .canonical
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .display(),
+        fs_type(&bench.local.canonical),
         elapsed.as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );

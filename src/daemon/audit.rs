@@ -166,7 +166,7 @@ fn code_name(code: tonic::Code) -> String {
 }
 
 /// The tool and the argv or paths a call names (never contents).
-fn describe(call: &Call) -> (String, Vec<String>) {
+pub fn describe(call: &Call) -> (String, Vec<String>) {
     match call {
         Call::ReadFile(r) => ("read_file".into(), vec![r.file_path.clone()]),
         Call::ListDir(r) => ("list_dir".into(), vec![r.dir_path.clone()]),
@@ -241,6 +241,14 @@ pub fn call_len(call: &Call) -> usize {
         Call::Shell(r) => r.encoded_len(),
         Call::Invoke(r) => r.encoded_len(),
         Call::Cancel(_) => 0,
+    }
+}
+
+/// How a call ended: `ok`, `failed`, `denied`, `timed_out`, or the gRPC code's name.
+pub fn outcome(result: &Result<Reply, tonic::Status>) -> String {
+    match result {
+        Ok(reply) => outcome_of(reply).0,
+        Err(status) => code_name(status.code()),
     }
 }
 

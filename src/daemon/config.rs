@@ -123,6 +123,10 @@ pub struct ServeArgs {
     /// CA bundle (PEM) that signs client certificates; enables mTLS.
     #[arg(long, value_name = "PEM")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (HTTP `/metrics`). Off by default; a
+    /// non-loopback address needs metrics_public = true in the config file.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The config file's keys (all optional).
@@ -145,6 +149,8 @@ struct FileConfig {
     policy: Option<PolicyConfig>,
     tls: Option<TlsConfig>,
     tokens: Option<Vec<TokenConfig>>,
+    metrics_listen: Option<std::net::SocketAddr>,
+    metrics_public: Option<bool>,
 }
 
 /// The effective configuration.
@@ -175,6 +181,8 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Bearer tokens (hashed) → users.
     pub tokens: Vec<TokenConfig>,
+    /// Where Prometheus metrics are served, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -309,7 +317,18 @@ impl Config {
             Some(path) => format!("config file {}: {e}", path.display()),
             None => e,
         })?;
+        let metrics_listen = args.metrics_listen.or(file.metrics_listen);
+        if let Some(addr) = metrics_listen
+            && !addr.ip().is_loopback()
+            && !file.metrics_public.unwrap_or(false)
+        {
+            return Err(format!(
+                "metrics_listen {addr} is not a loopback address; set metrics_public = true in \
+                 the config file to expose metrics beyond this machine"
+            ));
+        }
         Ok(Config {
+            metrics_listen,
             tls,
             tokens,
             policy,

@@ -8,6 +8,7 @@ pub mod executor;
 pub mod identity;
 pub mod inflight;
 pub mod listener;
+pub mod metrics;
 pub mod policy;
 pub mod pool;
 pub mod server;

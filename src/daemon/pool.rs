@@ -117,6 +117,7 @@ impl Worker {
         };
 
         let pid = child.id();
+        metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
         let (outgoing, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -143,6 +144,7 @@ impl Worker {
                     }
                 }
                 dead.store(true, Ordering::SeqCst);
+                metrics::gauge!(crate::daemon::metrics::WORKERS).decrement(1.0);
                 let status = child
                     .wait()
                     .await

@@ -36,6 +36,10 @@ pub async fn serve(
         .map_err(|e| format!("socket activation: descriptor 3 is not a Unix socket: {e}"))?;
     let owns_socket_file = activated.is_none();
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
+    if let Some(addr) = config.metrics_listen {
+        crate::daemon::metrics::install(addr)?;
+        tracing::info!(%addr, "serving Prometheus metrics");
+    }
     let in_flight = InFlight::default();
     let tls_on = config.tls.cert.is_some() && matches!(config.listen, ListenAddr::Tcp(_));
     let audit = Audit::new(config.audit_log.as_deref())?;

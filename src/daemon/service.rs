@@ -68,11 +68,21 @@ impl CorralService {
         let started = std::time::Instant::now();
         let bytes_in = audit::call_len(&call);
         let described = self.audit_wanted().then(|| call.clone());
+        let (tool, _) = audit::describe(&call);
+        let is_shell = matches!(call, Call::Shell(_))
+            || matches!(&call, Call::Invoke(r) if matches!(r.name.as_str(), "shell" | "container.exec" | "shell_command"));
+        if is_shell {
+            metrics::gauge!(crate::daemon::metrics::RUNNING_COMMANDS).increment(1.0);
+        }
         let result = self.executor.call(&session, call, escalated).await;
+        if is_shell {
+            metrics::gauge!(crate::daemon::metrics::RUNNING_COMMANDS).decrement(1.0);
+        }
         let result = match result {
             Ok(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
             other => other,
         };
+        crate::daemon::metrics::call(&tool, &audit::outcome(&result), started.elapsed());
         if let Some(call) = described {
             let mode = if escalated {
                 "danger-full-access"

@@ -1,0 +1,43 @@
+//! Prometheus metrics (off by default; loopback by default when on): calls by tool and
+//! outcome, call latency, commands running, live workers, sandbox denials. Labels never carry
+//! ids, paths or commands.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Calls, by `tool` and `outcome`.
+pub const CALLS: &str = "corral_calls_total";
+/// Call latency in seconds, by `tool`.
+pub const CALL_SECONDS: &str = "corral_call_duration_seconds";
+/// Shell commands running now.
+pub const RUNNING_COMMANDS: &str = "corral_running_commands";
+/// Sandbox workers alive now.
+pub const WORKERS: &str = "corral_workers";
+/// Calls that ended in a sandbox denial, by `tool`.
+pub const DENIALS: &str = "corral_sandbox_denials_total";
+
+/// Starts the exporter's HTTP listener on `addr` (serving `/metrics`).
+pub fn install(addr: SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0])
+        .map_err(|e| format!("metrics: {e}"))?
+        .install()
+        .map_err(|e| format!("metrics: cannot listen on {addr}: {e}"))?;
+    metrics::describe_counter!(CALLS, "Tool calls by tool and outcome");
+    metrics::describe_histogram!(CALL_SECONDS, "Tool call latency in seconds");
+    metrics::describe_gauge!(RUNNING_COMMANDS, "Shell commands running");
+    metrics::describe_gauge!(WORKERS, "Sandbox workers alive");
+    metrics::describe_counter!(DENIALS, "Calls that ended in a sandbox denial");
+    Ok(())
+}
+
+/// Records one finished call.
+pub fn call(tool: &str, outcome: &str, elapsed: Duration) {
+    metrics::counter!(CALLS, "tool" => tool.to_string(), "outcome" => outcome.to_string())
+        .increment(1);
+    metrics::histogram!(CALL_SECONDS, "tool" => tool.to_string()).record(elapsed.as_secs_f64());
+    if outcome == "denied" {
+        metrics::counter!(DENIALS, "tool" => tool.to_string()).increment(1);
+    }
+}
