@@ -56,7 +56,7 @@ impl TestUser {
                 "--init-groups",
                 "--",
             ])
-            .arg(CORRAL)
+            .arg(client_binary())
             .args(args)
             .args(["--socket", socket])
             .current_dir(&self.dir)
