@@ -721,3 +721,133 @@ async fn root_callers_are_confined_by_default() {
     assert!(out.starts_with("approval policy is Never"), "{out}");
     assert!(!cwd.path().join("x").exists());
 }
+
+// E1: with the network on, abstract UNIX sockets of the host are still out of reach (Landlock's
+// abstract-socket scope), while the host's TCP loopback is reachable.
+#[tokio::test]
+async fn network_on_cannot_reach_host_abstract_sockets() {
+    use std::os::linux::net::SocketAddrExt;
+    let name = format!("corral-e1-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let connect = format!(
+        "python3 -c \"import socket;s=socket.socket(socket.AF_UNIX);s.connect('\\0{name}');print('connected')\""
+    );
+    // Baseline: the host connects.
+    let (code, out) = host_sh(&connect);
+    assert_eq!(code, 0, "{out}");
+    assert!(listener.accept().is_ok());
+
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d
+        .open_with(api::OpenSessionRequest {
+            cwd: cwd.path().display().to_string(),
+            mode: WW as i32,
+            network_access: true,
+            ..Default::default()
+        })
+        .await;
+    let r = d.sh(&id, &format!("{connect} 2>&1 | tail -1")).await;
+    assert!(
+        r.output.contains("Errno 1") || r.output.contains("Operation not permitted"),
+        "{}",
+        r.output
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the sandbox reached the host's abstract socket"
+    );
+}
+
+// §8.2 case 32(c): each writable root is its own mount, so a hard link across roots fails with
+// EXDEV (asserted so that a change of the mount layout is noticed).
+#[tokio::test]
+async fn hard_links_across_roots_are_cross_device() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    std::fs::write(cwd.path().join("file"), "data").unwrap();
+    let id = ww_session(&d, cwd.path(), &[]).await;
+    let target = format!("/tmp/corral-hard-{}", std::process::id());
+    let r = d.sh(&id, &format!("ln file {target}")).await;
+    assert_ne!(r.exit_code, 0);
+    assert!(
+        r.output.contains("Invalid cross-device link"),
+        "{}",
+        r.output
+    );
+    assert!(!std::path::Path::new(&target).exists());
+}
+
+// §8.2 case 29: a worktree's `.git` file points at a gitdir in another writable root; that
+// gitdir stays read-only.
+#[tokio::test]
+async fn a_worktree_gitdir_in_another_root_stays_read_only() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let r2 = scratch();
+    let wt = r2.path().join("wt");
+    std::fs::create_dir(&wt).unwrap();
+    std::fs::write(wt.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(
+        cwd.path().join(".git"),
+        format!("gitdir: {}\n", wt.display()),
+    )
+    .unwrap();
+    let id = ww_session(&d, cwd.path(), &[r2.path()]).await;
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "touch {0}/x; echo x >> {0}/HEAD; echo ok > {1}/other",
+                wt.display(),
+                r2.path().display()
+            ),
+        )
+        .await;
+    assert!(denied(&r.output), "{}", r.output);
+    assert!(!wt.join("x").exists());
+    assert_eq!(
+        std::fs::read_to_string(wt.join("HEAD")).unwrap(),
+        "ref: refs/heads/main\n"
+    );
+    // The rest of that root is writable.
+    assert!(r2.path().join("other").exists());
+}
+
+// §8.2 case 20: the i386 syscall entry (int 0x80) kills the process (SIGSYS, exit 159) instead of
+// bypassing the x86_64 rules.
+#[cfg(target_arch = "x86_64")]
+#[tokio::test]
+async fn foreign_architecture_syscalls_are_killed() {
+    if host_sh("command -v cc").0 != 0 {
+        panic!("a C compiler is required for this test (CI machines have gcc)");
+    }
+    let dir = outside();
+    let src = dir.path().join("i386.c");
+    std::fs::write(
+        &src,
+        "int main(void) { long r; __asm__ volatile (\"int $0x80\" : \"=a\"(r) : \"a\"(359), \"b\"(2), \"c\"(1), \"d\"(0) : \"memory\"); return r >= 0 ? 0 : 3; }\n",
+    )
+    .unwrap();
+    let bin = dir.path().join("i386");
+    let (code, out) = host_sh(&format!("cc -O0 -o {} {}", bin.display(), src.display()));
+    assert_eq!(code, 0, "{out}");
+    // Baseline: outside the sandbox the i386 socket call returns a socket (IA32 emulation on) or
+    // fails normally (off) — either way the process lives.
+    let (host_code, _) = host_sh(&bin.display().to_string());
+    assert!(host_code == 0 || host_code == 3, "host: {host_code}");
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), RO).await;
+    let r = d
+        .shell(api::ShellRequest {
+            session_id: id,
+            command: vec![bin.display().to_string()],
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(r.exit_code, 159, "{}", r.output);
+    assert!(r.response.sandbox_denied);
+}
