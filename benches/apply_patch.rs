@@ -345,6 +345,7 @@ fn fs_type(path: &Path) -> String {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Variant {
+    CorralModel,
     CorralInProcess,
     CorralGrpc,
     GitApply,
@@ -358,7 +359,12 @@ enum Variant {
 impl Variant {
     fn label(self) -> &'static str {
         match self {
-            Variant::CorralInProcess => "(a) corral apply_patch, in-process library call",
+            Variant::CorralModel => {
+                "(a) corral apply_patch for the model (Invoke's path: no diffs), in-process"
+            }
+            Variant::CorralInProcess => {
+                "(a2) corral apply_patch with per-file diffs (typed RPC's path), in-process"
+            }
             Variant::CorralGrpc => "(b) corral ApplyPatch RPC (daemon + worker)",
             Variant::GitApply => "(c) git apply change.diff (spawned)",
             Variant::ParseOnly => "(ctx) corral parse_patch only",
@@ -445,10 +451,14 @@ impl Bench {
     /// One timed run of `v` on a fresh copy; the result is checked (untimed) afterwards.
     async fn once(&mut self, v: Variant) -> Duration {
         match v {
-            Variant::CorralInProcess => {
+            Variant::CorralModel | Variant::CorralInProcess => {
                 self.local.reset(&self.original);
                 let start = Instant::now();
-                let r = apply_patch(&self.patch, &self.ctx);
+                let r = if v == Variant::CorralModel {
+                    corral::tools::apply_patch::apply_patch_for_model(&self.patch, &self.ctx)
+                } else {
+                    apply_patch(&self.patch, &self.ctx)
+                };
                 let took = start.elapsed();
                 if let Err(e) = r {
                     fail(&format!("in-process apply_patch failed: {e:?}"));
@@ -619,7 +629,7 @@ async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
         scratch: Workdir::new(),
     };
 
-    let mut variants = vec![Variant::CorralInProcess];
+    let mut variants = vec![Variant::CorralModel, Variant::CorralInProcess];
     if bench.grpc.is_some() {
         variants.push(Variant::CorralGrpc);
     }
@@ -716,11 +726,14 @@ async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
             .map(|i| us(pct(&samples[i], 0.5)) / us(g50))
     };
     let verdict = |r: f64| if r <= 1.0 { "met" } else { "NOT met" };
-    if let Some(r) = ratio(Variant::CorralInProcess) {
+    if let Some(r) = ratio(Variant::CorralModel) {
         println!(
-            "goal: p50 of corral <= 1.0x git apply: in-process {r:.2}x ({})",
+            "goal: p50 of corral <= 1.0x git apply: in-process, model path {r:.2}x ({})",
             verdict(r)
         );
+    }
+    if let Some(r) = ratio(Variant::CorralInProcess) {
+        println!("in-process with diffs (typed RPC path): {r:.2}x");
     }
     if let Some(r) = ratio(Variant::CorralGrpc) {
         println!(

@@ -39,7 +39,7 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
         // The freeform (custom) tool sends the patch itself; the JSON variant wraps it in `input`.
         "apply_patch" => {
             let result = if freeform {
-                apply_patch::apply_patch(arguments, &ctx.patch)
+                apply_patch::apply_patch_for_model(arguments, &ctx.patch)
             } else {
                 apply_patch::apply_patch_json(arguments, &ctx.patch)
             };

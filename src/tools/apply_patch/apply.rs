@@ -212,7 +212,16 @@ fn unified_diff(old: &[u8], new: &[u8]) -> String {
 
 /// Verifies every hunk in order over the virtual view. On success nothing has been written and
 /// the plan holds every operation; on failure the error is the exact model text.
-pub fn verify(patch: &Patch, ctx: &PatchContext) -> Result<Plan, ToolError> {
+/// `diffs`: compute each change's unified diff (the typed result shows it; the model text does
+/// not, and on a large file the diff costs more than applying the patch).
+pub fn verify(patch: &Patch, ctx: &PatchContext, diffs: bool) -> Result<Plan, ToolError> {
+    let unified_diff = |old: &[u8], new: &[u8]| {
+        if diffs {
+            unified_diff(old, new)
+        } else {
+            String::new()
+        }
+    };
     let mut view = View::default();
     let mut ops = Vec::new();
     let mut changes = Vec::new();

@@ -165,17 +165,29 @@ pub fn apply_patch_json(
     ctx: &PatchContext,
 ) -> Result<ApplyPatchOutput, ToolError> {
     let args: ApplyPatchArgs = serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))?;
-    apply_patch(&args.input, ctx)
+    apply_patch_for_model(&args.input, ctx)
 }
 
-/// Parses, verifies, checks and atomically applies `input`. The error's message is the exact
-/// model text: plain for parse, verification and policy failures, structured (exit code 1) for
-/// commit-stage failures.
+/// Parses, verifies, checks and atomically applies `input`, with a unified diff of each change.
+/// The error's message is the exact model text: plain for parse, verification and policy
+/// failures, structured (exit code 1) for commit-stage failures.
 pub fn apply_patch(input: &str, ctx: &PatchContext) -> Result<ApplyPatchOutput, ToolError> {
+    apply(input, ctx, true)
+}
+
+/// The same, for the model: its text lists the files only, so no diffs are computed.
+pub fn apply_patch_for_model(
+    input: &str,
+    ctx: &PatchContext,
+) -> Result<ApplyPatchOutput, ToolError> {
+    apply(input, ctx, false)
+}
+
+fn apply(input: &str, ctx: &PatchContext, diffs: bool) -> Result<ApplyPatchOutput, ToolError> {
     let started = Instant::now();
     let patch = parse_patch(input)
         .map_err(|e| ToolError::invalid(format!("apply_patch verification failed: {e}")))?;
-    let plan = apply::verify(&patch, ctx)?;
+    let plan = apply::verify(&patch, ctx, diffs)?;
     if ctx.read_only {
         return Err(ToolError::new(
             ErrorKind::PermissionDenied,
