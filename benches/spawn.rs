@@ -8,8 +8,10 @@
 //!   socket, with the session opened and the channel connected beforehand;
 //! - `bwrap --ro-bind / / --unshare-net --unshare-pid true`, if `bwrap` is on PATH;
 //! - bare `/bin/sh -c true`;
-//! - for context: a gRPC health check (daemon round trip only) and a `ReadFile` of a one-line
-//!   file (round trip through the daemon and the worker, no process spawned).
+//! - for context: `Shell { command: ["true"] }` in a workspace-write session that gives the
+//!   protected-name watcher nothing to guard (its only writable root already has `.git`, `.codex`
+//!   and `.agents`; `/tmp` excluded), a gRPC health check (daemon round trip only) and a
+//!   `ReadFile` of a one-line file (round trip through the daemon and the worker, no spawn).
 //!
 //! Environment: `CORRAL_BENCH_N` (measured iterations, default 300), `CORRAL_BENCH_WARMUP`
 //! (default 30), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench).

@@ -42,6 +42,10 @@ pub struct ProtectedNameWatcher {
     removed: Arc<Mutex<Vec<PathBuf>>>,
     /// Writing to this pipe tells the thread to stop.
     stop_tx: Option<OwnedFd>,
+    /// Signalled when the thread has finished its work. Closing an inotify descriptor that
+    /// holds watches waits for an RCU grace period (~16 ms measured here), so the thread closes
+    /// it after signalling, and nobody waits for that.
+    done: Option<std::sync::mpsc::Receiver<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -108,17 +112,23 @@ impl ProtectedNameWatcher {
         let (stop_rx, stop_tx) = pipe()?;
         let guarded = Arc::new(guarded);
         let removed = Arc::new(Mutex::new(Vec::new()));
+        let (done_tx, done) = std::sync::mpsc::channel();
         let thread = {
             let guarded = Arc::clone(&guarded);
             let removed = Arc::clone(&removed);
             std::thread::Builder::new()
                 .name("protected-name-watcher".into())
-                .spawn(move || watch_loop(ino, stop_rx, by_wd, &guarded, &removed))?
+                .spawn(move || {
+                    watch_loop(&ino, stop_rx, by_wd, &guarded, &removed);
+                    let _ = done_tx.send(());
+                    // `ino` is closed here, after the caller stopped waiting.
+                })?
         };
         Ok(Self {
             guarded,
             removed,
             stop_tx: Some(stop_tx),
+            done: Some(done),
             thread: Some(thread),
         })
     }
@@ -144,9 +154,12 @@ impl ProtectedNameWatcher {
             // Closing the write end makes the read end readable (EOF): no write needed.
             drop(tx);
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(done) = self.done.take() {
+            // Ok: the work is done; Err: the thread ended (panicked) — either way, go on.
+            let _ = done.recv();
         }
+        // Detach: the thread only has the descriptor's close left to do.
+        drop(self.thread.take());
     }
 }
 
@@ -157,7 +170,7 @@ impl Drop for ProtectedNameWatcher {
 }
 
 fn watch_loop(
-    ino: OwnedFd,
+    ino: &OwnedFd,
     stop: OwnedFd,
     by_wd: HashMap<i32, Vec<(OsString, PathBuf)>>,
     guarded: &[PathBuf],
