@@ -139,7 +139,14 @@ impl Executor {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            masked_paths: self.masked_paths.clone(),
+            masked_paths: {
+                // The caller's own rootless runtime sockets are root-equivalent too (§2.7).
+                let mut masked = self.masked_paths.clone();
+                let uid = session.owner_uid;
+                masked.push(PathBuf::from(format!("/run/user/{uid}/docker.sock")));
+                masked.push(PathBuf::from(format!("/run/user/{uid}/podman/podman.sock")));
+                masked
+            },
             identity: session.identity.clone(),
             limits: profile.limits.clone(),
             writable_sources: profile.writable.clone(),

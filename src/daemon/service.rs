@@ -116,8 +116,10 @@ fn invalid_field(field: &str, message: &str) -> Status {
 }
 
 /// Codex's refusal of an escalation request under the `never` approval policy (corral's
-/// default; spec/tools.md §6.1). The em dash is U+2014.
-pub const ESCALATION_REFUSED: &str = "approval policy is Never; reject command \u{2014} you should not ask for escalated permissions if the approval policy is Never";
+/// default; spec/tools.md §6.1).
+fn escalation_refused() -> String {
+    crate::tools::shell::escalation_refused("Never").message
+}
 
 /// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
 fn asks_for_escalation(name: &str, arguments: &str) -> bool {
@@ -412,7 +414,7 @@ impl CorralService {
         match (requested, self.may_escalate(caller)) {
             (false, _) => Ok(false),
             (true, true) => Ok(true),
-            (true, false) => Err(Status::permission_denied(ESCALATION_REFUSED)),
+            (true, false) => Err(Status::permission_denied(escalation_refused())),
         }
     }
 
@@ -495,7 +497,7 @@ impl Bridge for CorralService {
             self.session(&req.session_id, caller)?;
             return Ok(Response::new(api::InvokeResponse {
                 call_id: req.call_id,
-                output: ESCALATION_REFUSED.to_string(),
+                output: escalation_refused(),
                 success: false,
             }));
         }
