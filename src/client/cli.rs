@@ -125,16 +125,25 @@ pub async fn run(common: Common, command: ClientCommand) -> i32 {
     }
 }
 
+/// The daemon to call without `--socket`: this user's own daemon if one is listening, else the
+/// system daemon (`/run/corral/corral.sock`), which serves every local user as themselves.
+fn default_target() -> String {
+    let own = crate::daemon::config::default_socket_path();
+    let system = std::path::Path::new("/run/corral/corral.sock");
+    let chosen = if !own.exists() && system.exists() {
+        system
+    } else {
+        own.as_path()
+    };
+    chosen.to_string_lossy().into_owned()
+}
+
 fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
 async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String> {
-    let target = common.socket.clone().unwrap_or_else(|| {
-        crate::daemon::config::default_socket_path()
-            .to_string_lossy()
-            .into_owned()
-    });
+    let target = common.socket.clone().unwrap_or_else(default_target);
     let channel = connect(&target).await?;
     match command {
         ClientCommand::Health => {
