@@ -7,3 +7,4 @@ pub mod confine;
 pub mod dispatch;
 pub mod frame;
 pub mod serve;
+pub mod threads;

@@ -219,6 +219,7 @@ fn cancel_all_and_wait(cancels: &Mutex<HashMap<u64, Arc<AtomicBool>>>) {
 
 fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
     let state = Arc::new(state);
+    let threads = crate::worker::threads::CallThreads::default();
     let writer = Arc::new(Mutex::new(writer));
     let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
     loop {
@@ -254,32 +255,30 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
         let call_writer = writer.clone();
         let cancels = cancels.clone();
         let id = req.id;
-        let spawned = std::thread::Builder::new()
-            .name(format!("call-{id}"))
-            .spawn(move || {
-                let mut emit = |partial| {
-                    let frame = WorkerReply {
-                        id,
-                        last: false,
-                        result: Some(partial),
-                    };
-                    let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
-                    let _ = frame::write_blocking(&mut *w, &frame);
-                };
-                let result = dispatch::execute(&ctx, &state.runner, call, stream, &mut emit);
-                let reply = WorkerReply {
+        let spawned = threads.run(move || {
+            let mut emit = |partial| {
+                let frame = WorkerReply {
                     id,
-                    last: true,
-                    result: Some(result),
+                    last: false,
+                    result: Some(partial),
                 };
                 let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = frame::write_blocking(&mut *w, &reply);
-                drop(w);
-                cancels
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-            });
+                let _ = frame::write_blocking(&mut *w, &frame);
+            };
+            let result = dispatch::execute(&ctx, &state.runner, call, stream, &mut emit);
+            let reply = WorkerReply {
+                id,
+                last: true,
+                result: Some(result),
+            };
+            let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = frame::write_blocking(&mut *w, &reply);
+            drop(w);
+            cancels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        });
         if let Err(e) = spawned {
             let reply = WorkerReply {
                 id,
