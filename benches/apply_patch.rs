@@ -22,32 +22,22 @@
 //! `CORRAL_BENCH_NO_DAEMON=1` (skip the gRPC variant), `CORRAL_BENCH_DIR` (where the work
 //! directories live, default `$TMPDIR` or /tmp; e.g. /dev/shm to take the disk's `fsync` out).
 
-use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
+mod support;
+
+use corral::api::{self, tools_client::ToolsClient};
 use corral::tools::apply_patch::{PatchContext, apply_patch, parse_patch};
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::{Daemon, env_usize, fail, load_average, pct, us};
 use tonic::transport::Channel;
 
 const LINES: usize = 10_000;
 const HUNKS: usize = 100;
 const CONTEXT: usize = 3;
 const FILE: &str = "engine.rs";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("apply_patch bench: {msg}");
-    std::process::exit(2);
-}
 
 // ---------------------------------------------------------------------------------------------
 // The workload.
@@ -210,126 +200,7 @@ fn unified_diff(old: &[String], hunks: &[Hunk]) -> String {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The daemon (for the gRPC variant).
-
-/// The daemon binary: `$CORRAL_BIN`, else the one cargo built alongside this bench.
-fn corral_bin() -> PathBuf {
-    let path = std::env::var_os("CORRAL_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")));
-    if !path.is_file() {
-        fail(&format!(
-            "corral binary not found at {}; run `cargo build --release` first (or set CORRAL_BIN)",
-            path.display()
-        ));
-    }
-    path
-}
-
-/// A `corral serve` on a Unix socket in a private directory; SIGTERMed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    async fn start() -> Daemon {
-        // The daemon's state must not lie inside a writable root (/tmp is one by default).
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-        let socket = dir.path().join("corral.sock");
-        let log = dir.path().join("daemon.log");
-        let child = Command::new(corral_bin())
-            .args(["serve", "--log-level", "warn", "--listen"])
-            .arg(format!("unix:{}", socket.display()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn corral serve");
-        let daemon = Daemon {
-            child,
-            socket,
-            log,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if daemon.socket.exists() && daemon.channel().await.is_ok() {
-                return daemon;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        fail(&format!(
-            "daemon did not start; log:\n{}",
-            daemon.log_text()
-        ));
-    }
-
-    async fn channel(&self) -> Result<Channel, String> {
-        corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn open(&self, cwd: &Path) -> String {
-        let mut env = HashMap::new();
-        if let Ok(path) = std::env::var("PATH") {
-            env.insert("PATH".to_string(), path);
-        }
-        env.insert("HOME".to_string(), cwd.display().to_string());
-        SessionsClient::new(self.channel().await.expect("connect"))
-            .open_session(api::OpenSessionRequest {
-                cwd: cwd.to_string_lossy().into_owned(),
-                mode: api::SandboxMode::WorkspaceWrite as i32,
-                env,
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|s| fail(&format!("open_session: {s:?}\nlog:\n{}", self.log_text())))
-            .into_inner()
-            .session_id
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Measurement.
-
-/// Nearest-rank percentile of sorted samples.
-fn pct(sorted: &[Duration], q: f64) -> Duration {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
 
 /// The file system type of `path` (from `stat -f`), for the report.
 fn fs_type(path: &Path) -> String {
@@ -551,11 +422,7 @@ fn main() {
     let n = env_usize("CORRAL_BENCH_N", 200).max(1);
     let warmup = env_usize("CORRAL_BENCH_WARMUP", 20);
     let use_daemon = std::env::var_os("CORRAL_BENCH_NO_DAEMON").is_none_or(|v| v.is_empty());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async_main(n, warmup, use_daemon));
+    support::block_on(async_main(n, warmup, use_daemon));
 }
 
 async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
@@ -602,14 +469,15 @@ async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
         .to_path_buf();
 
     let daemon = if use_daemon {
-        Some(Daemon::start().await)
+        Some(Daemon::start().await.unwrap_or_else(|e| fail(&e)))
     } else {
         None
     };
     let grpc = match &daemon {
         Some(d) => {
             let dir = Workdir::new();
-            let session = d.open(dir.dir.path()).await;
+            let req = support::session_request(dir.dir.path(), api::SandboxMode::WorkspaceWrite);
+            let session = d.open_session(req).await.unwrap_or_else(|e| fail(&e));
             let tools = ToolsClient::new(d.channel().await.expect("connect"));
             Some((tools, session, dir))
         }
@@ -697,7 +565,7 @@ async fn async_main(n: usize, warmup: usize, use_daemon: bool) {
             .display(),
         fs_type(&bench.local.canonical),
         elapsed.as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |p| p.get())
+        support::cpus()
     );
     if !use_daemon {
         println!("(CORRAL_BENCH_NO_DAEMON set: gRPC variant skipped)");

@@ -15,41 +15,18 @@
 //! `CORRAL_BENCH_RUNS` (default 10), `CORRAL_BENCH_WARMUP` (default 2), `CORRAL_BIN` (daemon binary;
 //! default the `corral` cargo built with this bench).
 
-use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
-use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use corral::api::{self, tools_client::ToolsClient};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
+use support::{Daemon, env_usize, fail, load_average, median, ms};
 use tonic::transport::Channel;
 
 const LIMIT: u64 = 2000;
 const PATTERNS: [(&str, &str); 2] = [("literal", "deprecated"), ("regex", r"[A-Z][a-z]+Error\b")];
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn fail(msg: &str) -> ! {
-    eprintln!("grep bench: {msg}");
-    std::process::exit(2);
-}
-
-/// The daemon binary: `$CORRAL_BIN`, else the one cargo built alongside this bench.
-fn corral_bin() -> PathBuf {
-    let path = std::env::var_os("CORRAL_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")));
-    if !path.is_file() {
-        fail(&format!(
-            "corral binary not found at {}; run `cargo build --release` first (or set CORRAL_BIN)",
-            path.display()
-        ));
-    }
-    path
-}
 
 /// ripgrep from `$CORRAL_RG` or PATH, version >= 14 (13's `--sortr=modified` is not a global
 /// sort). Returns the binary and its version line.
@@ -84,88 +61,6 @@ fn ripgrep() -> (PathBuf, String) {
         ));
     }
     (rg, line)
-}
-
-/// A `corral serve` on a Unix socket in a private directory; SIGTERMed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    async fn start() -> Daemon {
-        // The daemon's state must not lie inside a writable root (/tmp is one by default).
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-        let socket = dir.path().join("corral.sock");
-        let log = dir.path().join("daemon.log");
-        let child = Command::new(corral_bin())
-            .args(["serve", "--log-level", "warn", "--listen"])
-            .arg(format!("unix:{}", socket.display()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn corral serve");
-        let daemon = Daemon {
-            child,
-            socket,
-            log,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if daemon.socket.exists() && daemon.channel().await.is_ok() {
-                return daemon;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("daemon did not start; log:\n{}", daemon.log_text());
-    }
-
-    async fn channel(&self) -> Result<Channel, String> {
-        corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn open_read_only(&self, cwd: &Path) -> String {
-        let mut env = HashMap::new();
-        if let Ok(path) = std::env::var("PATH") {
-            env.insert("PATH".to_string(), path);
-        }
-        SessionsClient::new(self.channel().await.expect("connect"))
-            .open_session(api::OpenSessionRequest {
-                cwd: cwd.to_string_lossy().into_owned(),
-                mode: api::SandboxMode::ReadOnly as i32,
-                env,
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
-            .into_inner()
-            .session_id
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -256,25 +151,6 @@ impl Bench {
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(sorted: &[Duration]) -> Duration {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// Checks corral's list against rg's full result set: every path is one rg lists, and the list is
 /// the first `LIMIT` of rg's set ordered by (mtime desc, path asc). Returns a one-line verdict.
 fn check(corral: &Run, rg_all: &[String]) -> String {
@@ -339,16 +215,18 @@ fn main() {
     let runs = env_usize("CORRAL_BENCH_RUNS", 10).max(1);
     let warmup = env_usize("CORRAL_BENCH_WARMUP", 2);
     let (rg, rg_version) = ripgrep();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async_main(tree, rg, rg_version, runs, warmup));
+    support::block_on(async_main(tree, rg, rg_version, runs, warmup));
 }
 
 async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize, warmup: usize) {
-    let daemon = Daemon::start().await;
-    let session = daemon.open_read_only(&tree).await;
+    let daemon = Daemon::start().await.unwrap_or_else(|e| panic!("{e}"));
+    // A read-only session in the tree, with our PATH and no HOME.
+    let mut req = support::session_request(&tree, api::SandboxMode::ReadOnly);
+    req.env.remove("HOME");
+    let session = daemon
+        .open_session(req)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut bench = Bench {
         tools: ToolsClient::new(daemon.channel().await.expect("connect")),
         session,
@@ -360,7 +238,7 @@ async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize,
          warm-up rounds, interleaved; {} CPUs",
         tree.display(),
         rg.display(),
-        std::thread::available_parallelism().map_or(0, |p| p.get())
+        support::cpus()
     );
 
     for (kind, pattern) in PATTERNS {

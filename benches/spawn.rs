@@ -16,135 +16,16 @@
 //! Environment: `CORRAL_BENCH_N` (measured iterations, default 300), `CORRAL_BENCH_WARMUP`
 //! (default 30), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench).
 
-use corral::api::{self, sessions_client::SessionsClient, tools_client::ToolsClient};
+mod support;
+
+use corral::api::{self, SandboxMode, tools_client::ToolsClient};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
+use support::{Daemon, env_usize, load_average, pct, us};
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The daemon binary: `$CORRAL_BIN`, else the one cargo built alongside this bench.
-fn corral_bin() -> PathBuf {
-    let path = std::env::var_os("CORRAL_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_corral")));
-    if !path.is_file() {
-        eprintln!(
-            "corral binary not found at {}; run `cargo build --release` first (or set CORRAL_BIN)",
-            path.display()
-        );
-        std::process::exit(2);
-    }
-    path
-}
-
-/// A `corral serve` on a Unix socket in a private directory; SIGTERMed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Daemon {
-    async fn start() -> Daemon {
-        // The daemon's state must not lie inside a writable root (/tmp is one by default).
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-        let socket = dir.path().join("corral.sock");
-        let log = dir.path().join("daemon.log");
-        let child = Command::new(corral_bin())
-            .args(["serve", "--log-level", "warn", "--listen"])
-            .arg(format!("unix:{}", socket.display()))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn corral serve");
-        let daemon = Daemon {
-            child,
-            socket,
-            log,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if daemon.socket.exists() && daemon.channel().await.is_ok() {
-                return daemon;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("daemon did not start; log:\n{}", daemon.log_text());
-    }
-
-    async fn channel(&self) -> Result<Channel, String> {
-        corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn open(&self, cwd: &Path, mode: api::SandboxMode, exclude_slash_tmp: bool) -> String {
-        let mut env = HashMap::new();
-        if let Ok(path) = std::env::var("PATH") {
-            env.insert("PATH".to_string(), path);
-        }
-        env.insert("HOME".to_string(), cwd.display().to_string());
-        SessionsClient::new(self.channel().await.expect("connect"))
-            .open_session(api::OpenSessionRequest {
-                cwd: cwd.to_string_lossy().into_owned(),
-                mode: mode as i32,
-                exclude_slash_tmp,
-                env,
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
-            .into_inner()
-            .session_id
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn pct(sorted: &[Duration], q: f64) -> Duration {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
 
 fn run_status(cmd: &mut Command) {
     let status = cmd.status().expect("spawn");
@@ -285,11 +166,19 @@ fn on_path(name: &str) -> bool {
 fn main() {
     let n = env_usize("CORRAL_BENCH_N", 300).max(1);
     let warmup = env_usize("CORRAL_BENCH_WARMUP", 30);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async_main(n, warmup));
+    support::block_on(async_main(n, warmup));
+}
+
+/// Opens a session in `cwd`; `exclude_slash_tmp` keeps /tmp out of its writable roots.
+async fn open(daemon: &Daemon, cwd: &Path, mode: SandboxMode, exclude_slash_tmp: bool) -> String {
+    let req = api::OpenSessionRequest {
+        exclude_slash_tmp,
+        ..support::session_request(cwd, mode)
+    };
+    daemon
+        .open_session(req)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn async_main(n: usize, warmup: usize) {
@@ -309,26 +198,20 @@ async fn async_main(n: usize, warmup: usize) {
         Variant::ReadFile,
     ]);
 
-    let daemon = Daemon::start().await;
+    let daemon = Daemon::start().await.unwrap_or_else(|e| panic!("{e}"));
     let ro_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let ww_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let small = ro_dir.path().join("one-line.txt");
     std::fs::write(&small, "hello\n").expect("write");
-    let ro = daemon
-        .open(ro_dir.path(), api::SandboxMode::ReadOnly, false)
-        .await;
-    let ww = daemon
-        .open(ww_dir.path(), api::SandboxMode::WorkspaceWrite, false)
-        .await;
+    let ro = open(&daemon, ro_dir.path(), SandboxMode::ReadOnly, false).await;
+    let ww = open(&daemon, ww_dir.path(), SandboxMode::WorkspaceWrite, false).await;
     // A workspace-write session with nothing for the protected-name watcher to guard: its only
     // writable root (no /tmp, no $TMPDIR) already has .git, .codex and .agents.
     let nw_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     for name in [".git", ".codex", ".agents"] {
         std::fs::create_dir(nw_dir.path().join(name)).expect("mkdir");
     }
-    let ww_nowatch = daemon
-        .open(nw_dir.path(), api::SandboxMode::WorkspaceWrite, true)
-        .await;
+    let ww_nowatch = open(&daemon, nw_dir.path(), SandboxMode::WorkspaceWrite, true).await;
     let channel = daemon.channel().await.expect("connect");
     let mut bench = Bench {
         tools: ToolsClient::new(channel.clone()),
@@ -372,7 +255,7 @@ async fn async_main(n: usize, warmup: usize) {
         "spawn latency: N={n} per variant after {warmup} warm-up rounds, interleaved; {:.1} s; \
          load average {load_before} -> {load_after}; {} CPUs",
         elapsed.as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |p| p.get())
+        support::cpus()
     );
     if !bwrap {
         println!("(bwrap not on PATH: variant (c) skipped; `apt-get install -y bubblewrap`)");
