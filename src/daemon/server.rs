@@ -200,8 +200,12 @@ fn announce(addr: &ListenAddr) {
         ListenAddr::Tcp(a) => format!("--socket tcp:{a}"),
     };
     // A human starting the daemon wants to know where it is and how to try it.
+    // The binary's own path, so the hint works before corral is installed on PATH.
+    let bin = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "corral".into());
     eprintln!("corral listening on {addr}");
-    eprintln!("try: corral health {socket_flag}   or   corral list-dir {socket_flag} .");
+    eprintln!("try: {bin} health {socket_flag}   or   {bin} list-dir {socket_flag} .");
 }
 
 /// Resolves when the server task ends on its own.
