@@ -13,10 +13,11 @@ use tonic::transport::Channel;
 /// Options every client command shares (ignored by `serve`).
 #[derive(Debug, Clone, Args)]
 pub struct Common {
-    /// The daemon: a socket path, unix:PATH or tcp:HOST:PORT (default: the daemon's default socket).
+    /// Client commands: the daemon to call, a socket path, unix:PATH or tcp:HOST:PORT (default:
+    /// this user's daemon, else the system daemon). Not used by `serve` (see --listen).
     #[arg(long, global = true, value_name = "ADDR")]
     pub socket: Option<String>,
-    /// Print machine-readable JSON.
+    /// Client commands: print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
 }
