@@ -837,6 +837,11 @@ async fn foreign_architecture_syscalls_are_killed() {
     // Baseline: outside the sandbox the i386 socket call returns a socket (IA32 emulation on) or
     // fails normally (off) — either way the process lives.
     let (host_code, _) = host_sh(&bin.display().to_string());
+    if host_code >= 128 {
+        // The kernel has no IA32 emulation (int 0x80 faults everywhere): nothing to bypass.
+        eprintln!("skipped: this kernel has no IA32 syscall entry (int 0x80 -> {host_code})");
+        return;
+    }
     assert!(host_code == 0 || host_code == 3, "host: {host_code}");
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
