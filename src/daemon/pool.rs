@@ -145,12 +145,12 @@ impl Worker {
                 }
                 dead.store(true, Ordering::SeqCst);
                 metrics::gauge!(crate::daemon::metrics::WORKERS).decrement(1.0);
-                let status = child
-                    .wait()
-                    .await
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                tracing::warn!(status, "sandbox worker exited");
+                // A worker whose sessions all closed exits 0; anything else is worth a warning.
+                match child.wait().await {
+                    Ok(s) if s.success() => tracing::debug!("sandbox worker exited"),
+                    Ok(s) => tracing::warn!(status = %s, "sandbox worker exited abnormally"),
+                    Err(e) => tracing::warn!("cannot reap a sandbox worker: {e}"),
+                }
                 // Dropping the senders fails every call in flight on this worker.
                 pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
             });
