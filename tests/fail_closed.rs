@@ -31,13 +31,7 @@ async fn without_landlock_sandboxed_sessions_fail_closed() {
     let cwd = scratch();
     let marker = outside();
     let err = d
-        .sessions()
-        .await
-        .open_session(api::OpenSessionRequest {
-            cwd: cwd.path().display().to_string(),
-            mode: SandboxMode::WorkspaceWrite as i32,
-            ..Default::default()
-        })
+        .try_open(cwd.path(), SandboxMode::WorkspaceWrite)
         .await
         .unwrap_err();
     assert_eq!(

@@ -10,22 +10,6 @@ use std::time::{Duration, Instant};
 const STRICT: &str =
     "[policy.default]\nmodes = [\"read-only\"]\nmax_sessions = 2\ntimeout_ceiling_ms = 500\n";
 
-async fn open(
-    d: &Daemon,
-    cwd: &std::path::Path,
-    mode: SandboxMode,
-) -> Result<String, tonic::Status> {
-    d.sessions()
-        .await
-        .open_session(api::OpenSessionRequest {
-            cwd: cwd.display().to_string(),
-            mode: mode as i32,
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner().session_id)
-}
-
 fn hup(d: &Daemon) {
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.pid() as i32),
@@ -42,7 +26,8 @@ async fn policy_limits_modes_sessions_and_timeouts_and_reloads_on_sighup() {
     let d = Daemon::start(&["--config", conf.to_str().unwrap()]).await;
     let cwd = scratch();
 
-    let err = open(&d, cwd.path(), SandboxMode::WorkspaceWrite)
+    let err = d
+        .try_open(cwd.path(), SandboxMode::WorkspaceWrite)
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
@@ -52,9 +37,10 @@ async fn policy_limits_modes_sessions_and_timeouts_and_reloads_on_sighup() {
         err.message()
     );
 
-    let id = open(&d, cwd.path(), SandboxMode::ReadOnly).await.unwrap();
-    open(&d, cwd.path(), SandboxMode::ReadOnly).await.unwrap();
-    let err = open(&d, cwd.path(), SandboxMode::ReadOnly)
+    let id = d.try_open(cwd.path(), SandboxMode::ReadOnly).await.unwrap();
+    d.try_open(cwd.path(), SandboxMode::ReadOnly).await.unwrap();
+    let err = d
+        .try_open(cwd.path(), SandboxMode::ReadOnly)
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
@@ -101,7 +87,7 @@ async fn policy_limits_modes_sessions_and_timeouts_and_reloads_on_sighup() {
     .unwrap();
     hup(&d);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    open(&d, cwd.path(), SandboxMode::WorkspaceWrite)
+    d.try_open(cwd.path(), SandboxMode::WorkspaceWrite)
         .await
         .unwrap();
     // An invalid reload keeps the running policy and says why.
@@ -112,7 +98,7 @@ async fn policy_limits_modes_sessions_and_timeouts_and_reloads_on_sighup() {
     .unwrap();
     hup(&d);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    open(&d, cwd.path(), SandboxMode::WorkspaceWrite)
+    d.try_open(cwd.path(), SandboxMode::WorkspaceWrite)
         .await
         .unwrap();
     assert!(

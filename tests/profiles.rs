@@ -58,9 +58,8 @@ async fn an_operator_profile_adds_a_writable_path_and_can_forbid_the_network() {
     assert_ne!(r.exit_code, 0);
     assert!(!cache.path().join("other").exists());
 
-    let mut sessions = d.sessions().await;
-    let err = sessions
-        .open_session(api::OpenSessionRequest {
+    let err = d
+        .try_open_with(api::OpenSessionRequest {
             cwd: cwd.path().display().to_string(),
             profile: "ci".into(),
             network_access: true,
@@ -75,8 +74,8 @@ async fn an_operator_profile_adds_a_writable_path_and_can_forbid_the_network() {
         err.message()
     );
 
-    let err = sessions
-        .open_session(api::OpenSessionRequest {
+    let err = d
+        .try_open_with(api::OpenSessionRequest {
             cwd: cwd.path().display().to_string(),
             profile: "nope".into(),
             ..Default::default()
@@ -90,8 +89,8 @@ async fn an_operator_profile_adds_a_writable_path_and_can_forbid_the_network() {
         err.message()
     );
 
-    let err = sessions
-        .open_session(api::OpenSessionRequest {
+    let err = d
+        .try_open_with(api::OpenSessionRequest {
             cwd: cwd.path().display().to_string(),
             profile: "ci".into(),
             mode: SandboxMode::ReadOnly as i32,

@@ -395,16 +395,7 @@ async fn symlinked_protected_path_refuses_the_session() {
     let cwd = scratch();
     std::fs::create_dir(cwd.path().join("decoy")).unwrap();
     std::os::unix::fs::symlink(cwd.path().join("decoy"), cwd.path().join(".codex")).unwrap();
-    let err = d
-        .sessions()
-        .await
-        .open_session(api::OpenSessionRequest {
-            cwd: cwd.path().display().to_string(),
-            mode: WW as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = d.try_open(cwd.path(), WW).await.unwrap_err();
     let real = std::fs::canonicalize(cwd.path()).unwrap();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     assert_eq!(
@@ -697,16 +688,7 @@ async fn root_callers_are_confined_by_default() {
     }
     let d = Daemon::start(&["--allow-escalation"]).await;
     let cwd = scratch();
-    let err = d
-        .sessions()
-        .await
-        .open_session(api::OpenSessionRequest {
-            cwd: cwd.path().display().to_string(),
-            mode: DFA as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = d.try_open(cwd.path(), DFA).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
     assert!(err.message().contains("root_callers"), "{}", err.message());
     let id = d.open(cwd.path(), RO).await;

@@ -112,13 +112,35 @@ impl Daemon {
     }
 
     pub async fn open_with(&self, req: api::OpenSessionRequest) -> String {
+        self.try_open_with(req)
+            .await
+            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
+    }
+
+    /// OpenSession with just a cwd and a mode (no environment); the id or the refusal.
+    pub async fn try_open(
+        &self,
+        cwd: &Path,
+        mode: api::SandboxMode,
+    ) -> Result<String, tonic::Status> {
+        self.try_open_with(api::OpenSessionRequest {
+            cwd: cwd.to_string_lossy().into_owned(),
+            mode: mode as i32,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// OpenSession; the id or the refusal.
+    pub async fn try_open_with(
+        &self,
+        req: api::OpenSessionRequest,
+    ) -> Result<String, tonic::Status> {
         self.sessions()
             .await
             .open_session(req)
             .await
-            .unwrap_or_else(|s| panic!("open_session: {s:?}\nlog:\n{}", self.log_text()))
-            .into_inner()
-            .session_id
+            .map(|r| r.into_inner().session_id)
     }
 
     /// Runs a bridge call and returns (output, success).
