@@ -306,6 +306,30 @@ async fn escalation_is_refused_unless_the_operator_allows_it() {
     let (_, ok) = d.invoke(&id, "shell", r#"{"command":["touch","y"]}"#).await;
     assert!(!ok);
     assert!(!cwd.path().join("y").exists());
+
+    // Closing the session releases its workers, the escalated one included.
+    let escalated_worker = format!(
+        r#"__worker .*"mode":"danger-full-access","cwd":"{}""#,
+        cwd.path().display()
+    );
+    assert_eq!(
+        host_sh(&format!("pgrep -f '{escalated_worker}'")).0,
+        0,
+        "escalated worker running"
+    );
+    d.sessions()
+        .await
+        .close_session(api::CloseSessionRequest { session_id: id })
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while host_sh(&format!("pgrep -f '{escalated_worker}'")).0 == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the escalated worker outlived its session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 // spec/sandbox.md §8.2 case 28: protected names cannot be created.

@@ -196,6 +196,7 @@ impl Executor {
                 }),
             timeout_ceiling_ms: u64::MAX,
             closed: Default::default(),
+            escalated_policy: Default::default(),
             profile: String::new(),
             policy: None,
         };
@@ -222,6 +223,9 @@ impl Executor {
         if let Some(policy) = &session.policy {
             self.pool.release(policy).await;
         }
+        if let Some(policy) = session.escalated_policy.get() {
+            self.pool.release(policy).await;
+        }
     }
 
     /// The worker a call runs in: the session's own, or — for an escalated call — a
@@ -236,6 +240,11 @@ impl Executor {
             unconfined.mode = Mode::DangerFullAccess;
             unconfined.network_access = true;
             let policy = self.policy_for(&unconfined)?;
+            // The first escalated call makes the session a user of that worker (released with
+            // the session); later ones reuse it.
+            if session.escalated_policy.set(policy.clone()).is_ok() {
+                return self.pool.acquire(&policy).await;
+            }
             return self.pool.get(&policy).await;
         }
         let policy = session

@@ -28,6 +28,9 @@ pub struct Session {
     pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
     pub policy: Option<SandboxPolicy>,
+    /// The danger-full-access policy its escalated calls use, once one has run: the session
+    /// holds that worker too, and releases it when it closes.
+    pub escalated_policy: std::sync::OnceLock<SandboxPolicy>,
     /// Cancelled when the session closes or expires: its calls in flight are cancelled too
     /// (their process trees killed).
     pub closed: tokio_util::sync::CancellationToken,
@@ -117,6 +120,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         identity: None,
         timeout_ceiling_ms: u64::MAX,
         policy: None,
+        escalated_policy: Default::default(),
         closed: Default::default(),
     })
 }
