@@ -134,3 +134,52 @@ fn an_invalid_policy_stops_the_daemon_at_start() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn policy_limits_concurrent_commands_and_sets_rlimits() {
+    let conf_dir = outside();
+    let conf = conf_dir.path().join("corral.toml");
+    std::fs::write(
+        &conf,
+        "[policy.default]\nmax_concurrent_commands = 1\nmax_open_files = 100\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&["--config", conf.to_str().unwrap()]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+
+    let r = d.sh(&id, "ulimit -n").await;
+    assert_eq!(r.output, "100\n");
+
+    let mut tools = d.tools().await;
+    let sid = id.clone();
+    let long = tokio::spawn(async move {
+        tools
+            .shell(api::ShellRequest {
+                session_id: sid,
+                command: vec!["sleep".into(), "1".into()],
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = d
+        .tools()
+        .await
+        .shell(api::ShellRequest {
+            session_id: id.clone(),
+            command: vec!["true".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        err.message().contains("policy.default"),
+        "{}",
+        err.message()
+    );
+    long.await.unwrap().unwrap();
+    // The slot is free again.
+    assert_eq!(d.sh(&id, "true").await.exit_code, 0);
+}

@@ -148,7 +148,10 @@ impl Executor {
                 masked
             },
             identity: session.identity.clone(),
-            limits: profile.limits.clone(),
+            limits: match &session.rule {
+                Some(rule) => rule.limits(&profile.limits),
+                None => profile.limits.clone(),
+            },
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
         };
@@ -195,6 +198,7 @@ impl Executor {
                     groups: Vec::new(),
                 }),
             timeout_ceiling_ms: u64::MAX,
+            rule: None,
             closed: Default::default(),
             escalated_policy: Default::default(),
             profile: String::new(),

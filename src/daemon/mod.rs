@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod commands;
 pub mod config;
 pub mod executor;
 pub mod identity;

@@ -9,6 +9,10 @@
 //! roots_under = []                 # if set: cwd and writable roots must lie under one of these
 //! max_sessions = 64                # open sessions per user
 //! timeout_ceiling_ms = 600000      # longest command timeout
+//! max_concurrent_commands = 8      # shell commands running at once, per user
+//! max_processes = 2048             # rlimits of the user's sandboxes (override the profile)
+//! max_open_files = 4096
+//! max_file_size_bytes = 8589934592
 //!
 //! [policy.users.alice]             # a user's rule wins over their groups' rules
 //! modes = ["read-only", "workspace-write", "danger-full-access"]
@@ -32,6 +36,12 @@ pub struct RuleConfig {
     pub roots_under: Option<Vec<PathBuf>>,
     pub max_sessions: Option<usize>,
     pub timeout_ceiling_ms: Option<u64>,
+    /// Shell commands one user may run at once.
+    pub max_concurrent_commands: Option<usize>,
+    /// rlimits for the user's sandboxes (override the profile's).
+    pub max_processes: Option<u64>,
+    pub max_open_files: Option<u64>,
+    pub max_file_size_bytes: Option<u64>,
 }
 
 /// The `[policy]` table.
@@ -56,6 +66,10 @@ pub struct Rule {
     pub roots_under: Vec<PathBuf>,
     pub max_sessions: usize,
     pub timeout_ceiling_ms: u64,
+    pub max_concurrent_commands: usize,
+    pub max_processes: Option<u64>,
+    pub max_open_files: Option<u64>,
+    pub max_file_size_bytes: Option<u64>,
 }
 
 impl PolicyConfig {
@@ -117,6 +131,11 @@ impl PolicyConfig {
             roots_under: pick(specific, d, |r| r.roots_under.clone()).unwrap_or_default(),
             max_sessions: pick(specific, d, |r| r.max_sessions).unwrap_or(usize::MAX),
             timeout_ceiling_ms: pick(specific, d, |r| r.timeout_ceiling_ms).unwrap_or(u64::MAX),
+            max_concurrent_commands: pick(specific, d, |r| r.max_concurrent_commands)
+                .unwrap_or(usize::MAX),
+            max_processes: pick(specific, d, |r| r.max_processes),
+            max_open_files: pick(specific, d, |r| r.max_open_files),
+            max_file_size_bytes: pick(specific, d, |r| r.max_file_size_bytes),
         }
     }
 }
@@ -131,6 +150,24 @@ fn pick<T>(
 }
 
 impl Rule {
+    /// The profile's rlimits with this rule's overrides.
+    pub fn limits(
+        &self,
+        profile: &crate::sandbox::policy::ResourceLimits,
+    ) -> crate::sandbox::policy::ResourceLimits {
+        let mut limits = profile.clone();
+        if let Some(n) = self.max_processes {
+            limits.processes = n;
+        }
+        if let Some(n) = self.max_open_files {
+            limits.open_files = n;
+        }
+        if let Some(n) = self.max_file_size_bytes {
+            limits.file_size_bytes = n;
+        }
+        limits
+    }
+
     pub fn check_mode(&self, mode: Mode) -> Result<(), String> {
         if self.modes.contains(&mode) {
             return Ok(());

@@ -72,6 +72,7 @@ pub async fn serve(
             }
         })),
         policy: policy.clone(),
+        running: Default::default(),
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

@@ -28,6 +28,8 @@ pub struct CorralService {
     pub audit: Audit,
     /// Identifies callers (peer credentials; TLS certificates and tokens on TCP).
     pub auth: Authenticator,
+    /// Shell commands running now, per user.
+    pub running: crate::daemon::commands::RunningCommands,
     /// The operator policy; replaced on SIGHUP.
     pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
@@ -71,13 +73,12 @@ impl CorralService {
         let (tool, _) = audit::describe(&call);
         let is_shell = matches!(call, Call::Shell(_))
             || matches!(&call, Call::Invoke(r) if matches!(r.name.as_str(), "shell" | "container.exec" | "shell_command"));
-        if is_shell {
-            metrics::gauge!(crate::daemon::metrics::RUNNING_COMMANDS).increment(1.0);
-        }
+        let _slot = if is_shell {
+            Some(self.running.start(&session)?)
+        } else {
+            None
+        };
         let result = self.executor.call(&session, call, escalated).await;
-        if is_shell {
-            metrics::gauge!(crate::daemon::metrics::RUNNING_COMMANDS).decrement(1.0);
-        }
         let result = match result {
             Ok(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
             other => other,
@@ -171,6 +172,7 @@ impl Sessions for CorralService {
             )));
         }
         session.timeout_ceiling_ms = rule.timeout_ceiling_ms;
+        session.rule = Some(rule);
         if caller.uid == 0
             && self.root_callers == RootCallers::Confined
             && session.mode == crate::sandbox::policy::Mode::DangerFullAccess
@@ -345,6 +347,7 @@ impl Tools for CorralService {
         let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
         let guard = self.in_flight.enter();
         let session = self.session(&req.session_id, caller)?;
+        let slot = self.running.start(&session)?;
         let worker = self.executor.worker_for(&session, escalated).await?;
         let (mut handle, mut replies) = worker.start(
             crate::daemon::executor::context_of(&session),
@@ -355,6 +358,7 @@ impl Tools for CorralService {
         let closed = session.closed.clone();
         tokio::spawn(async move {
             let _guard = guard;
+            let _slot = slot;
             loop {
                 let next = tokio::select! {
                     frame = replies.recv() => frame,

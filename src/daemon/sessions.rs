@@ -24,6 +24,8 @@ pub struct Session {
     pub identity: Option<crate::sandbox::policy::Identity>,
     /// The longest command timeout the owner's policy allows, in milliseconds.
     pub timeout_ceiling_ms: u64,
+    /// The owner's policy rule (limits and its name for refusals).
+    pub rule: Option<crate::daemon::policy::Rule>,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
     pub profile: String,
     /// The effective sandbox policy (computed at OpenSession); selects the worker.
@@ -119,6 +121,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         owner_uid: 0,
         identity: None,
         timeout_ceiling_ms: u64::MAX,
+        rule: None,
         policy: None,
         escalated_policy: Default::default(),
         closed: Default::default(),
