@@ -838,3 +838,45 @@ async fn foreign_architecture_syscalls_are_killed() {
     assert_eq!(r.exit_code, 159, "{}", r.output);
     assert!(r.response.sandbox_denied);
 }
+
+// E6: racing to swap `.git` for a decoy (mv, ln -sfn) while writing `.git/config` gets nowhere:
+// the read-only bind mount cannot be moved or replaced.
+#[tokio::test]
+async fn racing_to_swap_the_git_dir_fails() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    git_repo(cwd.path());
+    let before = tree_hash(&cwd.path().join(".git"));
+    let id = ww_session(&d, cwd.path(), &[]).await;
+    let script = "mkdir -p decoy; echo evil > decoy/config; \
+        ( for i in $(seq 1000); do mv .git g 2>/dev/null && mv decoy .git 2>/dev/null; \
+          ln -sfn decoy .git 2>/dev/null; done ) & \
+        for i in $(seq 1000); do echo x >> .git/config 2>/dev/null; done; wait; echo raced";
+    let r = d
+        .shell(api::ShellRequest {
+            session_id: id,
+            command: vec!["bash".into(), "-c".into(), script.into()],
+            timeout_ms: Some(60_000),
+            ..Default::default()
+        })
+        .await;
+    assert!(r.output.contains("raced"), "{}", r.output);
+    assert_eq!(tree_hash(&cwd.path().join(".git")), before, ".git changed");
+    assert!(cwd.path().join(".git").is_dir() && !cwd.path().join(".git").is_symlink());
+    assert!(!cwd.path().join("g").exists());
+}
+
+// E3 (shell part): a command has no controlling terminal, so it cannot inject keystrokes.
+#[tokio::test]
+async fn commands_have_no_controlling_terminal() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), RO).await;
+    let r = d
+        .sh(
+            &id,
+            "ps -o tty= -p $$; test -e /dev/tty && (exec 3</dev/tty) 2>&1 | head -1",
+        )
+        .await;
+    assert!(r.output.starts_with('?'), "{}", r.output);
+}
