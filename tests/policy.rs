@@ -63,6 +63,11 @@ async fn policy_limits_modes_sessions_and_timeouts_and_reloads_on_sighup() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    assert!(
+        err.message().contains("policy rule `policy.default`"),
+        "{}",
+        err.message()
+    );
     let started = Instant::now();
     let (out, ok) = d
         .invoke(

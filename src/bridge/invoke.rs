@@ -23,6 +23,12 @@ impl InvokeOutcome {
     }
 }
 
+/// Whether `name` runs a command (`shell`, its alias `container.exec`, `shell_command`): the
+/// calls that may ask for escalation and that count as running commands.
+pub fn is_shell_tool(name: &str) -> bool {
+    matches!(name, "shell" | "container.exec" | "shell_command")
+}
+
 /// Runs the tool `name` with the model's `arguments` (a JSON object for function calls, the raw
 /// input for freeform calls).
 pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) -> InvokeOutcome {

@@ -6,4 +6,4 @@ mod definitions;
 mod invoke;
 
 pub use definitions::{ToolFormat, tool_definitions, tool_names};
-pub use invoke::{InvokeOutcome, invoke};
+pub use invoke::{InvokeOutcome, invoke, is_shell_tool};

@@ -13,15 +13,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tonic::Status;
 
-/// Container-runtime sockets hidden from every sandbox: a reachable runtime socket is root on the
-/// host (spec/sandbox.md §2.7).
-pub const RUNTIME_SOCKETS: &[&str] = &[
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/run/containerd/containerd.sock",
-    "/run/podman/podman.sock",
-];
-
 /// The uid the start-up probe runs as when the daemon is root (`nobody` on most systems).
 const PROBE_UID: u32 = 65534;
 
@@ -29,9 +20,7 @@ const PROBE_UID: u32 = 65534;
 #[derive(Clone)]
 pub struct Executor {
     pool: WorkerPool,
-    /// corral's own state and the runtime sockets: masked in every sandboxed worker.
-    masked_paths: Vec<PathBuf>,
-    /// corral's own state: no writable root may contain it.
+    /// corral's own state: masked in every sandboxed worker; no writable root may contain it.
     state_paths: Vec<PathBuf>,
     /// The sandbox profiles sessions may use.
     profiles: Arc<ProfileSet>,
@@ -39,11 +28,8 @@ pub struct Executor {
 
 impl Executor {
     pub fn new(degraded: Vec<Layer>, state_paths: Vec<PathBuf>, profiles: ProfileSet) -> Self {
-        let mut masked_paths = state_paths.clone();
-        masked_paths.extend(RUNTIME_SOCKETS.iter().map(PathBuf::from));
         Self {
             pool: WorkerPool::new(degraded),
-            masked_paths,
             state_paths,
             profiles: Arc::new(profiles),
         }
@@ -139,14 +125,12 @@ impl Executor {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            masked_paths: {
-                // The caller's own rootless runtime sockets are root-equivalent too (§2.7).
-                let mut masked = self.masked_paths.clone();
-                let uid = session.owner_uid;
-                masked.push(PathBuf::from(format!("/run/user/{uid}/docker.sock")));
-                masked.push(PathBuf::from(format!("/run/user/{uid}/podman/podman.sock")));
-                masked
-            },
+            masked_paths: self
+                .state_paths
+                .iter()
+                .cloned()
+                .chain(crate::sandbox::masks::runtime_sockets(session.owner_uid))
+                .collect(),
             identity: session.identity.clone(),
             limits: match &session.rule {
                 Some(rule) => rule.limits(&profile.limits),
@@ -197,7 +181,6 @@ impl Executor {
                     gid: PROBE_UID,
                     groups: Vec::new(),
                 }),
-            timeout_ceiling_ms: u64::MAX,
             rule: None,
             closed: Default::default(),
             escalated_policy: Default::default(),
@@ -285,6 +268,6 @@ pub fn context_of(session: &Session) -> CallContext {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        timeout_ceiling_ms: session.timeout_ceiling_ms,
+        timeout_ceiling_ms: session.timeout_ceiling_ms(),
     }
 }

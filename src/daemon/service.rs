@@ -72,7 +72,7 @@ impl CorralService {
         let described = self.audit_wanted().then(|| call.clone());
         let (tool, _) = audit::describe(&call);
         let is_shell = matches!(call, Call::Shell(_))
-            || matches!(&call, Call::Invoke(r) if matches!(r.name.as_str(), "shell" | "container.exec" | "shell_command"));
+            || matches!(&call, Call::Invoke(r) if bridge::is_shell_tool(&r.name));
         let _slot = if is_shell {
             Some(self.running.start(&session)?)
         } else {
@@ -124,7 +124,7 @@ fn escalation_refused() -> String {
 
 /// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
 fn asks_for_escalation(name: &str, arguments: &str) -> bool {
-    if !matches!(name, "shell" | "container.exec" | "shell_command") {
+    if !bridge::is_shell_tool(name) {
         return false;
     }
     let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
@@ -171,7 +171,6 @@ impl Sessions for CorralService {
                 caller.uid, rule.max_sessions, rule.name
             )));
         }
-        session.timeout_ceiling_ms = rule.timeout_ceiling_ms;
         session.rule = Some(rule);
         if caller.uid == 0
             && self.root_callers == RootCallers::Confined
@@ -425,10 +424,11 @@ impl CorralService {
     /// A typed Shell call may not ask for more time than the caller's policy allows.
     fn check_timeout(&self, caller: Caller, req: &api::ShellRequest) -> Result<(), Status> {
         let session = self.session(&req.session_id, caller)?;
-        match req.timeout_ms {
-            Some(t) if t > session.timeout_ceiling_ms => Err(Status::permission_denied(format!(
-                "timeout_ms {t} exceeds the {} ms ceiling of the session's policy rule",
-                session.timeout_ceiling_ms
+        let ceiling = session.timeout_ceiling_ms();
+        match (req.timeout_ms, &session.rule) {
+            (Some(t), Some(rule)) if t > ceiling => Err(Status::permission_denied(format!(
+                "timeout_ms {t} exceeds the {ceiling} ms ceiling of policy rule `{}`",
+                rule.name
             ))),
             _ => Ok(()),
         }

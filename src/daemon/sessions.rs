@@ -22,8 +22,6 @@ pub struct Session {
     pub owner_uid: u32,
     /// Who the session's worker runs as (`None`: the daemon's own identity, or root).
     pub identity: Option<crate::sandbox::policy::Identity>,
-    /// The longest command timeout the owner's policy allows, in milliseconds.
-    pub timeout_ceiling_ms: u64,
     /// The owner's policy rule (limits and its name for refusals).
     pub rule: Option<crate::daemon::policy::Rule>,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
@@ -36,6 +34,15 @@ pub struct Session {
     /// Cancelled when the session closes or expires: its calls in flight are cancelled too
     /// (their process trees killed).
     pub closed: tokio_util::sync::CancellationToken,
+}
+
+impl Session {
+    /// The longest command timeout the owner's policy rule allows, in milliseconds.
+    pub fn timeout_ceiling_ms(&self) -> u64 {
+        self.rule
+            .as_ref()
+            .map_or(u64::MAX, |r| r.timeout_ceiling_ms)
+    }
 }
 
 /// A rejected OpenSession: the field and the reason (INVALID_ARGUMENT).
@@ -120,7 +127,6 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         profile: req.profile.clone(),
         owner_uid: 0,
         identity: None,
-        timeout_ceiling_ms: u64::MAX,
         rule: None,
         policy: None,
         escalated_policy: Default::default(),

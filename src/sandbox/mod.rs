@@ -9,6 +9,7 @@ pub mod error;
 pub mod identity;
 pub mod landlock;
 pub mod limits;
+pub mod masks;
 pub mod namespaces;
 pub mod policy;
 pub mod profile;
