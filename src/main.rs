@@ -25,16 +25,21 @@ enum Command {
     #[command(flatten)]
     Client(ClientCommand),
     /// Internal: the confined sandbox worker the daemon starts.
+    /// (Its spec arrives on the inherited socketpair, never in argv: other users can read argv.)
     #[command(name = "__worker", hide = true)]
-    Worker { spec: String },
+    Worker,
+    /// Internal: resolves a session's paths as the caller (request on stdin, answer on stdout).
+    #[command(name = "__resolve", hide = true)]
+    Resolve,
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Worker { spec } => {
-            std::process::ExitCode::from(corral::worker::serve::worker_main(&spec) as u8)
+        Command::Worker => std::process::ExitCode::from(corral::worker::serve::worker_main() as u8),
+        Command::Resolve => {
+            std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
         }
         Command::Client(cmd) => {
             let common = cli.common;

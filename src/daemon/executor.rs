@@ -1,13 +1,12 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
-use crate::daemon::identity::may_use;
 use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::sessions::Session;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
 use crate::sandbox::report::Layer;
-use crate::sandbox::roots::{PolicyError, SessionParams, build_policy};
+use crate::sandbox::roots::SessionParams;
 use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,8 +80,9 @@ impl Executor {
         &self.pool
     }
 
-    /// The effective policy of a new session (spec/sandbox.md §2.2–2.3).
-    pub fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
+    /// The effective policy of a session (spec/sandbox.md §2.2–2.3), resolved as the caller by
+    /// the path resolver: the daemon itself never looks at the paths (§8.6 H5).
+    pub async fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
         let profile = match self.profiles.get(&session.profile) {
             Some(p) if p.mode == session.mode => p.clone(),
             _ => self.profiles.for_mode(session.mode).clone(),
@@ -92,26 +92,6 @@ impl Executor {
                 "sandbox profile `{}` does not allow network access",
                 profile.name
             )));
-        }
-        // Default rule: a session's cwd and writable roots are places its owner can already use.
-        let identity = session.identity.as_ref();
-        if !may_use(&session.cwd, identity, false) {
-            return Err(Status::permission_denied(format!(
-                "cwd {} is not accessible to uid {}",
-                session.cwd.display(),
-                session.owner_uid
-            )));
-        }
-        if session.mode == Mode::WorkspaceWrite {
-            for root in std::iter::once(&session.cwd).chain(&session.writable_roots) {
-                if root.exists() && !may_use(root, identity, true) {
-                    return Err(Status::permission_denied(format!(
-                        "{} is not writable by uid {}; a session may only write where its owner can",
-                        root.display(),
-                        session.owner_uid
-                    )));
-                }
-            }
         }
         let params = SessionParams {
             mode: session.mode,
@@ -139,14 +119,7 @@ impl Executor {
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
         };
-        let policy = build_policy(&params).map_err(|e| match e {
-            PolicyError::Cwd { .. } | PolicyError::InvalidRoot { .. } => {
-                Status::invalid_argument(e.to_string())
-            }
-            PolicyError::WritableSymlink { .. } | PolicyError::Inspect { .. } => {
-                Status::failed_precondition(e.to_string())
-            }
-        })?;
+        let policy = crate::daemon::resolver::resolve(&params).await?;
         for root in &policy.writable_roots {
             if let Some(state) = self.state_paths.iter().find(|s| s.starts_with(root)) {
                 return Err(Status::invalid_argument(format!(
@@ -189,6 +162,7 @@ impl Executor {
         };
         let policy = self
             .policy_for(&session)
+            .await
             .map_err(|s| s.message().to_string())?;
         let worker = crate::daemon::pool::Worker::spawn(&crate::worker::serve::WorkerSpec {
             policy,
@@ -226,7 +200,7 @@ impl Executor {
             let mut unconfined = session.clone();
             unconfined.mode = Mode::DangerFullAccess;
             unconfined.network_access = true;
-            let policy = self.policy_for(&unconfined)?;
+            let policy = self.policy_for(&unconfined).await?;
             // The first escalated call makes the session a user of that worker (released with
             // the session); later ones reuse it.
             if session.escalated_policy.set(policy.clone()).is_ok() {

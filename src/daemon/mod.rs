@@ -12,6 +12,7 @@ pub mod listener;
 pub mod metrics;
 pub mod policy;
 pub mod pool;
+pub mod resolver;
 pub mod server;
 pub mod service;
 pub mod sessions;

@@ -47,7 +47,6 @@ impl Worker {
         let theirs_fd = theirs.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg("__worker")
-            .arg(spec_json)
             // The daemon's environment (and any secret in it) never reaches the sandbox.
             .env_clear()
             .stdin(std::process::Stdio::null())
@@ -77,6 +76,13 @@ impl Worker {
         let stream = tokio::net::UnixStream::from_std(ours)
             .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
         let (mut read_half, mut write_half) = stream.into_split();
+        {
+            use tokio::io::AsyncWriteExt;
+            write_half
+                .write_all(&frame::encode_bytes(spec_json.as_bytes()))
+                .await
+                .map_err(|e| Status::internal(format!("cannot send the worker its spec: {e}")))?;
+        }
 
         let first = tokio::time::timeout(
             WORKER_READY_TIMEOUT,

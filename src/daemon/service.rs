@@ -162,9 +162,6 @@ impl Sessions for CorralService {
         let rule = self.rule_for(caller, session.identity.as_ref());
         rule.check_mode(session.mode)
             .map_err(Status::permission_denied)?;
-        for dir in std::iter::once(&session.cwd).chain(&session.writable_roots) {
-            rule.check_root(dir).map_err(Status::permission_denied)?;
-        }
         if self.sessions.owned_by(caller.uid) >= rule.max_sessions {
             return Err(Status::resource_exhausted(format!(
                 "uid {} already has {} open sessions, the most policy rule `{}` allows; close some",
@@ -181,7 +178,14 @@ impl Sessions for CorralService {
                  danger-full-access for root needs root_callers = trusted",
             ));
         }
-        let policy = self.executor.policy_for(&session)?;
+        let policy = self.executor.policy_for(&session).await?;
+        // H10: the operator's `roots_under` holds for the canonical form of every root the
+        // session really gets, from every source (cwd, writable_roots, TMPDIR, /tmp).
+        if let Some(rule) = &session.rule {
+            for dir in std::iter::once(&policy.cwd).chain(&policy.writable_roots) {
+                rule.check_root(dir).map_err(Status::permission_denied)?;
+            }
+        }
         let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
             v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
         };

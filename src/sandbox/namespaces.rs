@@ -181,28 +181,25 @@ fn build_view(policy: &SandboxPolicy) -> Result<(), LayerError> {
         )
     })?;
 
-    // 2. Each writable root becomes its own mount, so its flags can differ from its parent's.
-    for root in &policy.writable_roots {
-        mount(
-            Some(root.as_path()),
-            root.as_path(),
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .map_err(|e| {
-            fail(
-                format!(
-                    "binding writable root {} failed: {}",
-                    root.display(),
-                    e.desc()
-                ),
-                e,
-            )
-        })?;
+    // 2. Each writable root, opened without following any symlink and checked against the
+    //    identity pinned when the session opened (H4), is cloned as a detached bind mount while
+    //    the host's flags are still on it: a read-only submount below a root stays read-only
+    //    (H8). The clones are sealed nosuid/nodev before anything can use them.
+    let mut clones: Vec<(PathBuf, OwnedFd)> = Vec::new();
+    for (i, root) in policy.writable_roots.iter().enumerate() {
+        let dir = open_pinned(root, policy.root_ids.get(i).copied())?;
+        let clone = clone_tree_of(&dir, root)?;
+        setattr(
+            Some(&clone),
+            Path::new(""),
+            AT_RECURSIVE,
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            0,
+        )?;
+        clones.push((root.clone(), clone));
     }
 
-    // 3. Everything read-only, nosuid, nodev; then the roots writable again (still nosuid/nodev).
+    // 3. Everything read-only, nosuid, nodev.
     setattr(
         None,
         Path::new("/"),
@@ -210,12 +207,31 @@ fn build_view(policy: &SandboxPolicy) -> Result<(), LayerError> {
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         0,
     )?;
-    for root in &policy.writable_roots {
-        setattr(None, root, AT_RECURSIVE, 0, MOUNT_ATTR_RDONLY)?;
+
+    // 3b. The roots' clones attached over them, shallowest first (a nested root lands in its
+    //     enclosing root's clone), each onto the directory it was pinned as — by descriptor, so
+    //     no path is followed between the check and the mount. Roots under /dev wait for it.
+    let dev = Path::new("/dev");
+    let (dev_roots, mut roots): (Vec<_>, Vec<_>) =
+        clones.into_iter().partition(|(r, _)| r.starts_with(dev));
+    roots.sort_by_key(|(r, _)| r.components().count());
+    for (root, clone) in &roots {
+        let i = policy.writable_roots.iter().position(|r| r == root);
+        let target = open_pinned(root, i.and_then(|i| policy.root_ids.get(i).copied()))?;
+        attach_at(clone, &target, root)?;
+    }
+
+    // 3c. Pin the way to nested roots and protected paths (H4, H9): every directory between an
+    //     enclosing writable root and a nested root or protected path becomes a mount point, so
+    //     renaming it from inside fails with EBUSY and a root or a gitdir cannot be swapped.
+    for dir in ancestors_to_pin(policy) {
+        let fd = open_pinned(&dir, None)?;
+        let clone = clone_tree_of(&fd, &dir)?;
+        attach_at(&clone, &fd, &dir)?;
     }
 
     // 4. The minimal /dev. Host nodes and /dev roots are cloned before the host /dev is covered.
-    build_dev(policy)?;
+    build_dev(dev_roots)?;
 
     // 5. A fresh procfs for the new PID namespace; never the host's (no fallback).
     mount(
@@ -244,8 +260,9 @@ fn build_view(policy: &SandboxPolicy) -> Result<(), LayerError> {
     Ok(())
 }
 
-/// Mounts the fresh `/dev` of §2.5 over the host's.
-fn build_dev(policy: &SandboxPolicy) -> Result<(), LayerError> {
+/// Mounts the fresh `/dev` of §2.5 over the host's. `dev_roots` are the writable roots under
+/// `/dev`, already cloned (step 2), attached read-write in the new `/dev`.
+fn build_dev(dev_roots: Vec<(PathBuf, OwnedFd)>) -> Result<(), LayerError> {
     let dev = Path::new("/dev");
     // Clones of the host nodes (bind mounts not attached anywhere yet).
     let mut nodes = Vec::new();
@@ -257,15 +274,8 @@ fn build_dev(policy: &SandboxPolicy) -> Result<(), LayerError> {
         setattr(Some(&fd), Path::new(""), 0, 0, MOUNT_ATTR_NODEV)?;
         nodes.push((name, fd));
     }
-    // Writable roots under /dev (e.g. the host's /dev/shm) keep their read-write bind.
-    let mut dev_roots = Vec::new();
-    for root in policy
-        .writable_roots
-        .iter()
-        .filter(|r| r.starts_with(dev) && *r != dev)
-    {
-        dev_roots.push((root.clone(), open_tree(root, AT_RECURSIVE)?));
-    }
+    // `/dev` itself as a root is covered by the fresh one like any other host /dev.
+    let dev_roots: Vec<_> = dev_roots.into_iter().filter(|(r, _)| r != dev).collect();
 
     mount(
         Some("tmpfs"),
@@ -571,6 +581,137 @@ fn move_mount(fd: &OwnedFd, target: &Path) -> Result<(), LayerError> {
     check(r, &format!("attaching a mount at {}", target.display()))
 }
 
+/// Directories that must not be renamed from inside (step 3c): for each writable root nested in
+/// another and each protected path, every directory strictly between the deepest enclosing
+/// writable root and it. Shallowest first, deduplicated.
+fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let targets = policy.writable_roots.iter().chain(&policy.protected_paths);
+    for target in targets {
+        let Some(enclosing) = policy
+            .writable_roots
+            .iter()
+            .filter(|r| *r != target && target.starts_with(r))
+            .max_by_key(|r| r.components().count())
+        else {
+            continue;
+        };
+        let mut dir = target.parent();
+        while let Some(d) = dir {
+            if d == enclosing.as_path() || !d.starts_with(enclosing) {
+                break;
+            }
+            if !out.iter().any(|o| o == d) {
+                out.push(d.to_path_buf());
+            }
+            dir = d.parent();
+        }
+    }
+    out.sort_by_key(|d| d.components().count());
+    out
+}
+
+/// Opens the canonical directory `path` as an `O_PATH` descriptor without following any
+/// symlink on the way (`openat2` with `RESOLVE_NO_SYMLINKS`), and, when `pinned` is given,
+/// checks it is that `(st_dev, st_ino)` (spec/sandbox.md §8.6 H4). A root that was replaced or
+/// redirected since the session opened refuses the worker: nothing is ever re-resolved.
+fn open_pinned(path: &Path, pinned: Option<(u64, u64)>) -> Result<OwnedFd, LayerError> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let c = cpath(path)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a valid path and a correctly sized open_how.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if r < 0 && Errno::last() == Errno::ELOOP {
+        return Err(fail(
+            format!(
+                "{} now passes through a symlink; it was a plain directory path when the \
+                 session opened",
+                path.display()
+            ),
+            Errno::ESTALE,
+        ));
+    }
+    let fd = owned(
+        r,
+        &format!("opening {} without following symlinks", path.display()),
+    )?;
+    if let Some(want) = pinned {
+        // SAFETY: fstat on our descriptor into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(
+            unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as i64,
+            &format!("fstat of {}", path.display()),
+        )?;
+        let now = (st.st_dev, st.st_ino);
+        if now != want {
+            return Err(fail(
+                format!(
+                    "writable root {} is no longer the directory pinned when the session opened \
+                     (it was replaced or one of its parents was renamed)",
+                    path.display()
+                ),
+                Errno::ESTALE,
+            ));
+        }
+    }
+    Ok(fd)
+}
+
+/// A detached recursive clone of the mount tree at the directory `fd` refers to.
+fn clone_tree_of(fd: &OwnedFd, shown_as: &Path) -> Result<OwnedFd, LayerError> {
+    let empty = CString::new("").unwrap();
+    // SAFETY: open_tree on our descriptor with the empty path.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            OPEN_TREE_CLONE
+                | AT_RECURSIVE
+                | libc::AT_EMPTY_PATH as libc::c_uint
+                | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    owned(r, &format!("cloning the mount at {}", shown_as.display()))
+}
+
+/// Attaches the detached mount `tree` onto the directory `target` refers to (no path lookup).
+fn attach_at(tree: &OwnedFd, target: &OwnedFd, shown_as: &Path) -> Result<(), LayerError> {
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    let empty = CString::new("").unwrap();
+    // SAFETY: move_mount between two of our descriptors with empty paths.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    check(r, &format!("attaching a mount at {}", shown_as.display()))
+}
+
 fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
     // SAFETY: pidfd_open of our own pid.
     let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -633,6 +774,9 @@ fn io_fail(path: &Path, e: std::io::Error) -> LayerError {
 /// The fail-closed message of spec/sandbox.md §6, with a fix chosen from the errno.
 fn fail(cause: String, errno: Errno) -> LayerError {
     let fix = match errno {
+        Errno::ESTALE => {
+            "Open a new session: writable roots are pinned when a session opens and are never re-resolved."
+        }
         Errno::ENOSYS => {
             "Use Linux 5.12 or newer (mount_setattr, open_tree, fsopen), or allow degraded mode for namespaces."
         }

@@ -88,4 +88,10 @@ pub struct SandboxPolicy {
     /// in the `OpenSession` response and the audit log. Informational: no layer reads it.
     #[serde(default)]
     pub skipped_roots: Vec<PathBuf>,
+    /// Each writable root's identity `(st_dev, st_ino)`, pinned when the session opened, in the
+    /// order of `writable_roots`. Every worker built for the policy binds exactly these inodes or
+    /// refuses to start, so a root cannot be redirected by renaming or replacing its parents
+    /// (spec/sandbox.md §8.6 H4). Part of the pool key through `Hash`.
+    #[serde(default)]
+    pub root_ids: Vec<(u64, u64)>,
 }

@@ -29,7 +29,7 @@ const BUILTIN: [(&str, &str); 3] = [
 ];
 
 /// Where a writable root comes from (spec/sandbox.md §2.2).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum WritableSource {
     /// OpenSession's `writable_roots`.
     SessionRoots,

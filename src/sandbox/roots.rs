@@ -19,9 +19,22 @@ pub const PROTECTED_NAMES: [&str; 3] = [".git", ".codex", ".agents"];
 /// Symlink hops followed before giving up (the kernel's own limit is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
 
+/// Largest `.git` or `commondir` file read (each holds one path). A bigger one is refused: it
+/// is not what git writes, and a FIFO or `/dev/zero` planted there must cost nothing.
+const MAX_POINTER_FILE_BYTES: usize = 4096;
+
+/// The names that make a directory a git directory to git's discovery (`is_git_directory`):
+/// `HEAD`, `objects/` and `refs/` — or `HEAD` plus a `commondir` naming where the other two
+/// live. A writable root's top must never become one (spec/sandbox.md §8.6 H2).
+const GIT_DIR_MARKERS: [&str; 3] = ["HEAD", "objects", "refs"];
+
+/// What git reads from a git directory that could run code or redirect it (hooks, config
+/// `core.fsmonitor`/`core.worktree`), protected when a root's top already is a git directory.
+const GIT_DIR_SENSITIVE: [&str; 3] = ["config", "hooks", "commondir"];
+
 /// What a client asked for when opening a session (spec/sandbox.md §1), plus the daemon-supplied
 /// parts (mask list, identity, limits) that pass through unchanged.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionParams {
     pub mode: Mode,
     pub cwd: PathBuf,
@@ -124,6 +137,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
         identity: params.identity.clone(),
         limits: params.limits.clone(),
         skipped_roots: Vec::new(),
+        root_ids: Vec::new(),
     };
 
     // RO and DFA have no writable roots, hence nothing to protect inside them.
@@ -133,6 +147,15 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
 
     let (roots, skipped) = writable_roots(params, &cwd)?;
     let (protected, missing) = protected_paths(&roots, &params.protected_names)?;
+    policy.root_ids = roots
+        .iter()
+        .map(|r| {
+            pin(r).map_err(|e| PolicyError::InvalidRoot {
+                path: r.clone(),
+                cause: e.to_string(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
     policy.writable_roots = roots;
     policy.skipped_roots = skipped;
     policy.protected_paths = protected;
@@ -218,8 +241,17 @@ fn writable_roots(
     Ok((roots, skipped))
 }
 
-/// Existing and missing protected paths for every root (§2.3).
-fn protected_paths(
+/// The identity a writable root is pinned by: `(st_dev, st_ino)` of the directory itself.
+pub fn pin(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// Existing and missing protected paths for every root (§2.3, §8.6 H2). Public because the
+/// worker recomputes it before every call that can write (protection is per call, not per
+/// worker): a name that appeared since the worker was built means the worker is stale.
+pub fn protected_paths(
     roots: &[PathBuf],
     names: &[String],
 ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
@@ -245,8 +277,13 @@ fn protected_paths(
             }
             protected.push(path.clone());
             if name == ".git" && meta.is_file() {
-                protected.extend(gitdir_paths(root, &path, roots)?);
+                let (exists, absent) = gitdir_paths(root, &path, roots)?;
+                protected.extend(exists);
+                missing.extend(absent);
             }
+        }
+        if names.iter().any(|n| n == ".git") {
+            git_dir_markers(root, roots, &mut protected, &mut missing)?;
         }
     }
 
@@ -254,16 +291,100 @@ fn protected_paths(
     // nested inside a protected path is handled by the mount order in namespaces.rs.)
     let root_set: HashSet<&PathBuf> = roots.iter().collect();
     protected.retain(|p| !root_set.contains(p));
+    missing.retain(|p| !root_set.contains(p));
     Ok((dedup(protected), dedup(missing)))
 }
 
-/// For a `.git` file (`gitdir: <path>`), the resolved gitdir and its `commondir`, when they exist.
+/// H2: a root's top must not become a git directory. If it already is one (`HEAD`, `objects/`,
+/// `refs/` all present), those and what git runs from (`config`, `hooks`, `commondir`) are
+/// protected; otherwise the markers that are absent are guarded like missing protected names —
+/// only `HEAD` while `HEAD` is absent (git needs it first), so a project may still have an
+/// `objects/` or `refs/` directory of its own.
+fn git_dir_markers(
+    root: &Path,
+    roots: &[PathBuf],
+    protected: &mut Vec<PathBuf>,
+    missing: &mut Vec<PathBuf>,
+) -> Result<(), PolicyError> {
+    let mut present = Vec::new();
+    for name in GIT_DIR_MARKERS {
+        let path = root.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                check_symlink(&path, &path, roots)?;
+                present.push(name);
+            }
+            Ok(_) => present.push(name),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(inspect(&path, e)),
+        }
+    }
+    if present.len() == GIT_DIR_MARKERS.len() {
+        for name in GIT_DIR_MARKERS.iter().chain(&GIT_DIR_SENSITIVE) {
+            let path = root.join(name);
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => check_symlink(&path, &path, roots)?,
+                Ok(_) => protected.push(path),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(path),
+                Err(e) => return Err(inspect(&path, e)),
+            }
+        }
+        return Ok(());
+    }
+    if !present.contains(&"HEAD") {
+        missing.push(root.join("HEAD"));
+        return Ok(());
+    }
+    // A `HEAD` of the project's own: guard what would complete it (`commondir` supplies
+    // `objects/` and `refs/` from elsewhere).
+    for name in ["objects", "refs", "commondir"] {
+        if !present.contains(&name) {
+            let path = root.join(name);
+            if std::fs::symlink_metadata(&path).is_err() {
+                missing.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads a small pointer file (`.git`, `commondir`) without trusting it: no symlink followed,
+/// never blocking (a FIFO), regular files only, at most [`MAX_POINTER_FILE_BYTES`].
+fn read_pointer_file(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    let mut buf = Vec::with_capacity(256);
+    file.take(MAX_POINTER_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut buf)?;
+    if buf.len() > MAX_POINTER_FILE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_POINTER_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// For a `.git` file (`gitdir: <path>`): the resolved gitdir and its `commondir` that exist, and
+/// the first missing component of each that does not (guarded like a missing protected name,
+/// so the sandbox cannot create the gitdir a host `git` would then trust; H2).
 fn gitdir_paths(
     root: &Path,
     git_file: &Path,
     roots: &[PathBuf],
-) -> Result<Vec<PathBuf>, PolicyError> {
-    let content = std::fs::read_to_string(git_file).map_err(|e| inspect(git_file, e))?;
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), PolicyError> {
+    let content = read_pointer_file(git_file).map_err(|e| inspect(git_file, e))?;
     let Some(target) = content
         .lines()
         .find_map(|l| l.strip_prefix("gitdir:"))
@@ -271,41 +392,49 @@ fn gitdir_paths(
         .filter(|t| !t.is_empty())
     else {
         // Not a gitdir pointer: the file itself is protected, and there is nothing more.
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
 
-    let mut out = Vec::new();
-    let Some(gitdir) = resolve_checked(root, Path::new(target), roots)? else {
-        // A dangling gitdir holds nothing to protect.
-        return Ok(out);
+    let mut exists = Vec::new();
+    let mut absent = Vec::new();
+    let gitdir = match resolve_checked(root, Path::new(target), roots)? {
+        Resolved::Exists(p) => p,
+        Resolved::Missing(first) => {
+            absent.push(first);
+            return Ok((exists, absent));
+        }
     };
-    out.push(gitdir.clone());
+    exists.push(gitdir.clone());
 
     // Hooks and config of a linked worktree live in the common directory (§2.3).
     let commondir_file = gitdir.join("commondir");
-    match std::fs::read_to_string(&commondir_file) {
+    match read_pointer_file(&commondir_file) {
         Ok(text) => {
             let common = text.trim();
-            if !common.is_empty()
-                && let Some(dir) = resolve_checked(&gitdir, Path::new(common), roots)?
-            {
-                out.push(dir);
+            if !common.is_empty() {
+                match resolve_checked(&gitdir, Path::new(common), roots)? {
+                    Resolved::Exists(dir) => exists.push(dir),
+                    Resolved::Missing(first) => absent.push(first),
+                }
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(inspect(&commondir_file, e)),
     }
-    Ok(out)
+    Ok((exists, absent))
+}
+
+/// The outcome of resolving a gitdir pointer.
+enum Resolved {
+    /// The canonical path of an existing target.
+    Exists(PathBuf),
+    /// The target does not exist; this is its first missing component (canonical parent).
+    Missing(PathBuf),
 }
 
 /// Resolves `rel` against the canonical directory `base` one component at a time, refusing any
-/// symlink on the way whose target lies inside a writable root. Returns the canonical path, or
-/// `None` when it does not exist.
-fn resolve_checked(
-    base: &Path,
-    rel: &Path,
-    roots: &[PathBuf],
-) -> Result<Option<PathBuf>, PolicyError> {
+/// symlink on the way whose target lies inside a writable root.
+fn resolve_checked(base: &Path, rel: &Path, roots: &[PathBuf]) -> Result<Resolved, PolicyError> {
     let requested = base.join(rel);
     let mut current = if rel.is_absolute() {
         PathBuf::from("/")
@@ -323,14 +452,20 @@ fn resolve_checked(
                 let next = current.join(name);
                 let meta = match std::fs::symlink_metadata(&next) {
                     Ok(m) => m,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        return Ok(Resolved::Missing(next));
+                    }
                     Err(e) => return Err(inspect(&next, e)),
                 };
                 if meta.file_type().is_symlink() {
                     check_symlink(&requested, &next, roots)?;
                     current = match std::fs::canonicalize(&next) {
                         Ok(c) => c,
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                        // Dangling into somewhere outside every root (checked above): the
+                        // sandbox cannot create it, so there is nothing to guard.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                            return Ok(Resolved::Missing(next));
+                        }
                         Err(e) => return Err(inspect(&next, e)),
                     };
                 } else {
@@ -339,7 +474,7 @@ fn resolve_checked(
             }
         }
     }
-    Ok(Some(current))
+    Ok(Resolved::Exists(current))
 }
 
 /// Follows the symlink `link` hop by hop; if any hop (or the final target) lies inside a writable

@@ -23,6 +23,31 @@ pub fn encode<M: Message>(msg: &M) -> Vec<u8> {
     out
 }
 
+/// Encodes one frame whose body is raw bytes (the worker's JSON spec).
+pub fn encode_bytes(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// Reads one frame's raw body; `Ok(None)` on a clean end of stream.
+pub fn read_bytes_blocking(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(too_large(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
 /// Reads one frame; `Ok(None)` on a clean end of stream.
 pub fn read_blocking<M: Message + Default>(r: &mut impl Read) -> io::Result<Option<M>> {
     let mut len = [0u8; 4];

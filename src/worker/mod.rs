@@ -6,5 +6,6 @@ pub mod commands;
 pub mod confine;
 pub mod dispatch;
 pub mod frame;
+pub mod resolve;
 pub mod serve;
 pub mod threads;

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 /// The descriptor the daemon passes the request socket on.
 pub const WORKER_FD: RawFd = 3;
 
-/// What the daemon tells a new worker (passed as JSON in its arguments).
+/// What the daemon tells a new worker: the first frame on its socketpair, as JSON (never in
+/// argv, which every local user can read in /proc; spec/sandbox.md §8.6 H15).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WorkerSpec {
     pub policy: SandboxPolicy,
@@ -29,7 +30,7 @@ pub struct WorkerSpec {
 }
 
 /// Entry point of `corral __worker`; returns the process exit status.
-pub fn worker_main(spec_json: &str) -> i32 {
+pub fn worker_main() -> i32 {
     // SAFETY: the daemon placed our end of the socketpair on WORKER_FD; nothing else owns it.
     let mut socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
     // The descriptor arrived without FD_CLOEXEC (it had to survive our exec). Set it now, or
@@ -42,7 +43,14 @@ pub fn worker_main(spec_json: &str) -> i32 {
         );
         return 70;
     }
-    let spec: WorkerSpec = match serde_json::from_str(spec_json) {
+    let spec_json = match frame::read_bytes_blocking(&mut socket) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) | Err(_) => {
+            eprintln!("corral worker: no spec arrived on the request socket");
+            return 70;
+        }
+    };
+    let spec: WorkerSpec = match serde_json::from_slice(&spec_json) {
         Ok(s) => s,
         Err(e) => {
             let _ = send_failure(
