@@ -159,6 +159,8 @@ impl Executor {
             escalated_policy: Default::default(),
             profile: String::new(),
             policy: None,
+            live_policy: Default::default(),
+            refreshing: Default::default(),
         };
         let policy = self
             .policy_for(&session)
@@ -181,8 +183,8 @@ impl Executor {
 
     /// The session no longer uses its worker.
     pub async fn close(&self, session: &Session) {
-        if let Some(policy) = &session.policy {
-            self.pool.release(policy).await;
+        if let Some(policy) = session.current_policy() {
+            self.pool.release(&policy).await;
         }
         if let Some(policy) = session.escalated_policy.get() {
             self.pool.release(policy).await;
@@ -209,10 +211,50 @@ impl Executor {
             return self.pool.get(&policy).await;
         }
         let policy = session
-            .policy
-            .as_ref()
+            .current_policy()
             .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
-        self.pool.get(policy).await
+        self.pool.get(&policy).await
+    }
+
+    /// The session's worker reported its protection stale (`what` changed): resolve the policy
+    /// again as the caller and move the session to a worker built for it. The roots stay
+    /// pinned: if any of them is no longer the same directory, the call fails instead.
+    pub async fn refresh(
+        &self,
+        session: &Session,
+        seen: &SandboxPolicy,
+        what: &str,
+    ) -> Result<(), Status> {
+        let _one_at_a_time = session.refreshing.lock().await;
+        let current = session
+            .current_policy()
+            .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+        if current != *seen {
+            // Another call already moved the session.
+            return Ok(());
+        }
+        let fresh = self.policy_for(session).await?;
+        if fresh.writable_roots != current.writable_roots || fresh.root_ids != current.root_ids {
+            return Err(Status::failed_precondition(format!(
+                "the session's writable roots are no longer the directories pinned when it \
+                 opened ({what}; roots now {:?}); open a new session",
+                fresh.writable_roots
+            )));
+        }
+        if fresh == current {
+            return Err(Status::failed_precondition(format!(
+                "protection of this session's workspace changed ({what}) and could not be \
+                 re-established; open a new session"
+            )));
+        }
+        tracing::info!(session = %session.id, change = what, "protection changed; moving the session to a new worker");
+        self.pool.acquire(&fresh).await?;
+        *session
+            .live_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(fresh);
+        self.pool.release(&current).await;
+        Ok(())
     }
 
     /// Runs one call in the session's worker (or, escalated, in a danger-full-access one).
@@ -222,14 +264,32 @@ impl Executor {
         call: Call,
         escalated: bool,
     ) -> Result<Reply, Status> {
-        let worker = self.worker_for(session, escalated).await?;
-        tokio::select! {
-            result = worker.call(context_of(session), call) => result,
-            // Dropping the call future cancels it in the worker.
-            _ = session.closed.cancelled() => Err(Status::cancelled(
-                "the session was closed while the call was running; the call was cancelled",
-            )),
+        // One retry: a stale worker ran nothing, and the refreshed one matches the workspace
+        // as it is now.
+        for attempt in 0..2 {
+            let seen = session.current_policy();
+            let worker = self.worker_for(session, escalated).await?;
+            let result = tokio::select! {
+                result = worker.call(context_of(session), call.clone()) => result,
+                // Dropping the call future cancels it in the worker.
+                _ = session.closed.cancelled() => Err(Status::cancelled(
+                    "the session was closed while the call was running; the call was cancelled",
+                )),
+            };
+            match (result, seen) {
+                (Ok(Reply::Stale(what)), Some(seen)) if attempt == 0 && !escalated => {
+                    self.refresh(session, &seen, &what).await?;
+                }
+                (Ok(Reply::Stale(what)), _) => {
+                    return Err(Status::failed_precondition(format!(
+                        "protection of this session's workspace keeps changing ({what}); the \
+                         call was not run"
+                    )));
+                }
+                (other, _) => return other,
+            }
         }
+        unreachable!("the loop returns on its second attempt")
     }
 }
 

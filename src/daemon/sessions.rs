@@ -26,8 +26,13 @@ pub struct Session {
     pub rule: Option<crate::daemon::policy::Rule>,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
     pub profile: String,
-    /// The effective sandbox policy (computed at OpenSession); selects the worker.
+    /// The effective sandbox policy computed at OpenSession, with its roots pinned.
     pub policy: Option<SandboxPolicy>,
+    /// The policy the session's calls use now: `policy` until protection changed (a protected
+    /// name appeared) and the session moved to a worker built for the new state.
+    pub live_policy: Arc<Mutex<Option<SandboxPolicy>>>,
+    /// Serialises moving the session to a new worker.
+    pub refreshing: Arc<tokio::sync::Mutex<()>>,
     /// The danger-full-access policy its escalated calls use, once one has run: the session
     /// holds that worker too, and releases it when it closes.
     pub escalated_policy: std::sync::OnceLock<SandboxPolicy>,
@@ -38,6 +43,15 @@ pub struct Session {
 
 impl Session {
     /// The longest command timeout the owner's policy rule allows, in milliseconds.
+    /// The policy calls run under now (see `live_policy`).
+    pub fn current_policy(&self) -> Option<SandboxPolicy> {
+        self.live_policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .or_else(|| self.policy.clone())
+    }
+
     pub fn timeout_ceiling_ms(&self) -> u64 {
         self.rule
             .as_ref()
@@ -129,6 +143,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         identity: None,
         rule: None,
         policy: None,
+        live_policy: Default::default(),
+        refreshing: Default::default(),
         escalated_policy: Default::default(),
         closed: Default::default(),
     })

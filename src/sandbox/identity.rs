@@ -151,6 +151,8 @@ mod tests {
             identity,
             limits: ResourceLimits::default(),
             skipped_roots: Vec::new(),
+            root_ids: Vec::new(),
+            protected_names: Vec::new(),
         }
     }
 

@@ -373,6 +373,8 @@ mod tests {
             network,
             masked_paths: vec![],
             skipped_roots: vec![],
+            root_ids: vec![],
+            protected_names: vec![],
             identity: None,
             limits: ResourceLimits::default(),
         }

@@ -94,4 +94,8 @@ pub struct SandboxPolicy {
     /// (spec/sandbox.md §8.6 H4). Part of the pool key through `Hash`.
     #[serde(default)]
     pub root_ids: Vec<(u64, u64)>,
+    /// The names protected at the top of every writable root (the profile's), kept so the
+    /// worker can recompute protection before every call.
+    #[serde(default)]
+    pub protected_names: Vec<String>,
 }

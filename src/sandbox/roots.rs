@@ -138,6 +138,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
         limits: params.limits.clone(),
         skipped_roots: Vec::new(),
         root_ids: Vec::new(),
+        protected_names: params.protected_names.clone(),
     };
 
     // RO and DFA have no writable roots, hence nothing to protect inside them.
@@ -706,7 +707,11 @@ mod tests {
             policy.protected_paths,
             vec![cwd.join(".git"), cwd.join(".codex")]
         );
-        assert_eq!(policy.protected_missing, vec![cwd.join(".agents")]);
+        // No `HEAD` at the top: git could be made to see the root as a git dir (H2).
+        assert_eq!(
+            policy.protected_missing,
+            vec![cwd.join(".agents"), cwd.join("HEAD")]
+        );
     }
 
     #[test]
@@ -764,7 +769,7 @@ mod tests {
         assert!(policy.protected_paths.is_empty());
         assert_eq!(
             policy.protected_missing,
-            vec![cwd.join(".git"), cwd.join(".agents")]
+            vec![cwd.join(".git"), cwd.join(".agents"), cwd.join("HEAD")]
         );
         // ...unless a later hop leads back into a root.
         let other = s.dir("other");
@@ -816,5 +821,79 @@ mod tests {
         // `.git` is a root itself, so it is not re-protected.
         assert!(!policy.protected_paths.contains(&git));
         assert!(policy.protected_missing.contains(&cwd.join(".codex")));
+    }
+
+    /// H2: a root's top is never allowed to become a git directory.
+    #[test]
+    fn git_dir_markers_are_guarded_or_protected() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        // A project with an `objects/` directory of its own: only `HEAD` is guarded.
+        s.dir("cwd/objects");
+        let policy = build_policy(&params(&cwd)).unwrap();
+        assert!(policy.protected_missing.contains(&cwd.join("HEAD")));
+        assert!(!policy.protected_missing.contains(&cwd.join("refs")));
+        // A `HEAD` of its own: what would complete a git dir is guarded instead.
+        std::fs::write(cwd.join("HEAD"), "not git\n").unwrap();
+        let policy = build_policy(&params(&cwd)).unwrap();
+        for name in ["refs", "commondir"] {
+            assert!(policy.protected_missing.contains(&cwd.join(name)), "{name}");
+        }
+        assert!(!policy.protected_paths.contains(&cwd.join("HEAD")));
+        // Already a git dir (a bare repository as the cwd): its parts are read-only.
+        s.dir("cwd/refs");
+        s.dir("cwd/hooks");
+        let policy = build_policy(&params(&cwd)).unwrap();
+        for name in ["HEAD", "objects", "refs", "hooks"] {
+            assert!(policy.protected_paths.contains(&cwd.join(name)), "{name}");
+        }
+        assert!(policy.protected_missing.contains(&cwd.join("config")));
+    }
+
+    /// H2: a `.git` file whose gitdir does not exist guards the gitdir's first missing part;
+    /// H5: pointer files are read bounded, never from a FIFO or a device.
+    #[test]
+    fn missing_gitdir_is_guarded_and_pointer_files_are_bounded() {
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let other = s.dir("other");
+        let mut p = params(&cwd);
+        p.writable_roots = vec![other.clone()];
+        std::fs::write(
+            cwd.join(".git"),
+            format!("gitdir: {}\n", other.join("g/wt").display()),
+        )
+        .unwrap();
+        let policy = build_policy(&p).unwrap();
+        assert!(policy.protected_missing.contains(&other.join("g")));
+
+        // A FIFO as commondir: refused at once, never blocking.
+        let g = s.dir("other/g");
+        nix::unistd::mkfifo(&g.join("commondir"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::fs::write(cwd.join(".git"), format!("gitdir: {}\n", g.display())).unwrap();
+        let started = std::time::Instant::now();
+        let err = build_policy(&p).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        // A symlink to /dev/zero: not followed.
+        std::fs::remove_file(g.join("commondir")).unwrap();
+        symlink("/dev/zero", g.join("commondir")).unwrap();
+        assert!(matches!(build_policy(&p), Err(PolicyError::Inspect { .. })));
+        // A huge `.git` file: refused without reading it.
+        std::fs::remove_file(g.join("commondir")).unwrap();
+        let f = std::fs::File::create(cwd.join(".git")).unwrap();
+        f.set_len(1 << 32).unwrap();
+        let err = build_policy(&p).unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
+    #[test]
+    fn roots_are_pinned_by_device_and_inode() {
+        use std::os::unix::fs::MetadataExt;
+        let s = Scratch::new();
+        let cwd = s.dir("cwd");
+        let policy = build_policy(&params(&cwd)).unwrap();
+        let meta = std::fs::metadata(&cwd).unwrap();
+        assert_eq!(policy.root_ids, vec![(meta.dev(), meta.ino())]);
     }
 }

@@ -1,14 +1,24 @@
-//! The protected-name creation blocker (spec/sandbox.md §2.3 "Creation is blocked", §3.3).
+//! The protected-name guard (spec/sandbox.md §2.3 "Creation is blocked", §3.3, §8.6 H1, H2, H14).
 //!
 //! A read-only mount cannot be placed on a name that does not exist, and a placeholder created on
-//! the host would be visible to host tools. So while a command runs, the worker watches each
-//! writable root that lacked `.git`, `.codex` or `.agents` when the session opened, and deletes
-//! any of those names the moment it appears, then once more in a final scan when the command
-//! ends. The caller turns a non-empty removal list into a sandbox denial (the
-//! [`blocked_message`] line, exit status forced to 1).
+//! the host would be visible to host tools. So while a call runs, the worker guards each guarded
+//! path (`.git`, `.codex`, `.agents`, `HEAD` at a root's top, a `.git` file's missing gitdir)
+//! that was absent when the call started, and takes away any that appears — at once, on the
+//! inotify event, and again in a rescan every 200 ms and when the call ends.
 //!
-//! It runs inside the confined worker: inotify is allowed by the seccomp filter, and the worker
-//! can delete these names because they lie directly inside writable roots.
+//! Taking it away must work against a sandbox that prepared for it (H1): a tree whose owner
+//! removed its own write bits cannot be emptied, so the name is first **renamed** to a
+//! quarantine name in the same directory (that needs write permission on the directory only,
+//! and ends the danger at once: git looks for `.git`, not for the quarantine name), then the
+//! tree is made writable by its owner and deleted. When the rename itself fails, the call fails
+//! and says plainly that the name is still there.
+//!
+//! The guard also keeps each writable root from being opened to other users (H14): a root whose
+//! mode gains group or other write permission during a call gets its mode back.
+//!
+//! There is **one inotify instance per worker**, created before seccomp (which then denies
+//! `inotify_init` to commands: the instances are a per-uid host-wide resource, H13), shared by
+//! every call through one thread.
 
 use crate::sandbox::policy::SandboxPolicy;
 use std::collections::HashMap;
@@ -16,16 +26,21 @@ use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// Backstop rescan interval, for anything inotify missed (queue overflow, a watch lost).
+/// Backstop rescan interval, for anything inotify missed (queue overflow, a watch lost, a
+/// guarded path whose parent was replaced).
 const RESCAN: Duration = Duration::from_millis(200);
 
-/// Attempts to remove a name that is being refilled concurrently (`ENOTEMPTY` races).
+/// Attempts to take away a name that is being refilled concurrently.
 const REMOVE_ATTEMPTS: usize = 20;
+
+/// Prefix of the name a guarded path is renamed to before it is deleted.
+const QUARANTINE_PREFIX: &str = ".corral-removed-";
 
 /// The output line for a blocked creation (spec/sandbox.md §9).
 pub fn blocked_message(path: &Path) -> String {
@@ -35,43 +50,171 @@ pub fn blocked_message(path: &Path) -> String {
     )
 }
 
-/// A running watcher; [`ProtectedNameWatcher::stop`] ends it and reports what was removed.
-pub struct ProtectedNameWatcher {
-    /// Full paths being guarded (those absent when the watcher started).
-    guarded: Arc<Vec<PathBuf>>,
-    removed: Arc<Mutex<Vec<PathBuf>>>,
-    /// Writing to this pipe tells the thread to stop.
-    stop_tx: Option<OwnedFd>,
-    /// Signalled when the thread has finished its work. Closing an inotify descriptor that
-    /// holds watches waits for an RCU grace period (~16 ms measured here), so the thread closes
-    /// it after signalling, and nobody waits for that.
-    done: Option<std::sync::mpsc::Receiver<()>>,
-    thread: Option<JoinHandle<()>>,
+/// The output line when a blocked name could not be taken away.
+pub fn not_removed_message(path: &Path, cause: &str) -> String {
+    format!(
+        "sandbox blocked creation of protected workspace metadata path {} but could NOT remove \
+         it ({cause}); it is still there — remove it before running git or codex in that \
+         directory",
+        path.display()
+    )
 }
 
-impl ProtectedNameWatcher {
-    /// Starts guarding `policy.protected_missing`.
-    pub fn start(policy: &SandboxPolicy) -> io::Result<Self> {
-        Self::start_for(&policy.protected_missing)
+/// The output line for a root whose permissions were restored.
+pub fn root_mode_message(root: &Path, mode: u32) -> String {
+    format!(
+        "sandbox blocked making writable root {} writable by other users (its mode was set \
+         back to {mode:04o})",
+        root.display()
+    )
+}
+
+/// What one call's guard found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuardReport {
+    /// Guarded paths that appeared and were taken away (each once, in order).
+    pub removed: Vec<PathBuf>,
+    /// Guarded paths that appeared and could not be taken away, with why.
+    pub not_removed: Vec<(PathBuf, String)>,
+    /// Roots whose group/other write bits were cleared again, with the mode restored.
+    pub roots_restored: Vec<(PathBuf, u32)>,
+}
+
+impl GuardReport {
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.not_removed.is_empty() && self.roots_restored.is_empty()
     }
 
-    /// Starts guarding the given paths (each `<writable root>/<protected name>`). Names that
-    /// exist at this moment are left alone: they existed "when the command started".
-    pub fn start_for(paths: &[PathBuf]) -> io::Result<Self> {
+    /// One line per finding, for the command's output.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.removed.iter().map(|p| blocked_message(p)).collect();
+        out.extend(
+            self.not_removed
+                .iter()
+                .map(|(p, cause)| not_removed_message(p, cause)),
+        );
+        out.extend(
+            self.roots_restored
+                .iter()
+                .map(|(r, mode)| root_mode_message(r, *mode)),
+        );
+        out
+    }
+
+    fn merge(&mut self, other: GuardReport) {
+        for p in other.removed {
+            if !self.removed.contains(&p) {
+                self.removed.push(p);
+            }
+        }
+        for (p, c) in other.not_removed {
+            if !self.not_removed.iter().any(|(q, _)| *q == p) {
+                self.not_removed.push((p, c));
+            }
+        }
+        for (r, m) in other.roots_restored {
+            if !self.roots_restored.iter().any(|(q, _)| *q == r) {
+                self.roots_restored.push((r, m));
+            }
+        }
+    }
+}
+
+/// One call being guarded.
+struct Active {
+    guarded: Vec<PathBuf>,
+    report: GuardReport,
+}
+
+#[derive(Default)]
+struct State {
+    calls: HashMap<u64, Active>,
+    /// Watched directory → (watch descriptor, number of calls watching it).
+    dirs: HashMap<PathBuf, (i32, usize)>,
+}
+
+struct Inner {
+    inotify: OwnedFd,
+    /// Each writable root and the permission bits it had when the worker started.
+    roots: Vec<(PathBuf, u32)>,
+    state: Mutex<State>,
+    thread: OnceLock<io::Result<()>>,
+    next: AtomicU64,
+}
+
+/// The worker's guard: shared by every call (cheap to clone).
+#[derive(Clone)]
+pub struct Guard {
+    inner: Arc<Inner>,
+}
+
+impl Guard {
+    /// Creates the guard's inotify instance for a policy's writable roots. Call before seccomp
+    /// (which denies `inotify_init`).
+    pub fn new(policy: &SandboxPolicy) -> io::Result<Self> {
+        Self::for_roots(&policy.writable_roots)
+    }
+
+    /// As [`Guard::new`], for explicit roots.
+    pub fn for_roots(writable_roots: &[PathBuf]) -> io::Result<Self> {
         // SAFETY: inotify_init1 with flags only.
         let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
         if ino < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh descriptor we own.
-        let ino = unsafe { OwnedFd::from_raw_fd(ino) };
+        let roots = writable_roots
+            .iter()
+            .filter_map(|r| {
+                let mode = std::fs::symlink_metadata(r).ok()?.mode() & 0o7777;
+                Some((r.clone(), mode))
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                // SAFETY: a fresh descriptor we own.
+                inotify: unsafe { OwnedFd::from_raw_fd(ino) },
+                roots,
+                state: Mutex::default(),
+                thread: OnceLock::new(),
+                next: AtomicU64::new(1),
+            }),
+        })
+    }
 
-        // Watches are added before the existence check, so a name created in between is either
-        // seen as existing (left alone) or reported by inotify — never missed.
-        let mut dirs: HashMap<PathBuf, i32> = HashMap::new();
-        for p in paths {
-            let Some(dir) = p.parent() else { continue };
-            if dirs.contains_key(dir) {
+    /// The inotify descriptor (kept open through confinement's descriptor sweep).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.inner.inotify
+    }
+
+    /// Starts guarding `paths` for one call. Paths that exist now are left alone: they existed
+    /// when the call started (and the caller checked they are protected by mounts).
+    pub fn begin(&self, paths: &[PathBuf]) -> io::Result<CallGuard> {
+        if let Err(e) = self
+            .inner
+            .thread
+            .get_or_init(|| {
+                let inner = Arc::clone(&self.inner);
+                std::thread::Builder::new()
+                    .name("protected-name-guard".into())
+                    .spawn(move || watch_loop(&inner))
+                    .map(drop)
+            })
+            .as_ref()
+        {
+            return Err(io::Error::new(e.kind(), e.to_string()));
+        }
+        let id = self.inner.next.fetch_add(1, Ordering::SeqCst);
+        let mut state = lock(&self.inner.state);
+        // Watches first, then the existence check: a name created in between is either seen as
+        // existing (left alone) or reported by inotify — never missed.
+        let mut watched = Vec::new();
+        for dir in paths.iter().filter_map(|p| p.parent()) {
+            if watched.iter().any(|d: &PathBuf| d == dir) {
+                continue;
+            }
+            if let Some((_, users)) = state.dirs.get_mut(dir) {
+                *users += 1;
+                watched.push(dir.to_path_buf());
                 continue;
             }
             let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
@@ -79,152 +222,203 @@ impl ProtectedNameWatcher {
             let mask =
                 libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
             // SAFETY: valid descriptor and C string.
-            let wd = unsafe { libc::inotify_add_watch(ino.as_raw_fd(), c.as_ptr(), mask) };
+            let wd = unsafe {
+                libc::inotify_add_watch(self.inner.inotify.as_raw_fd(), c.as_ptr(), mask)
+            };
             if wd < 0 {
                 let e = io::Error::last_os_error();
-                // A root that vanished cannot gain a name; anything else is a real failure.
+                // A directory that does not exist cannot gain a name (the rescan still covers
+                // one created later); anything else is a real failure.
                 if e.kind() == io::ErrorKind::NotFound {
                     continue;
                 }
+                release_dirs(&self.inner, &mut state, &watched);
                 return Err(e);
             }
-            dirs.insert(dir.to_path_buf(), wd);
+            state.dirs.insert(dir.to_path_buf(), (wd, 1));
+            watched.push(dir.to_path_buf());
         }
         let guarded: Vec<PathBuf> = paths
             .iter()
             .filter(|p| std::fs::symlink_metadata(p).is_err())
             .cloned()
             .collect();
-
-        // wd -> names guarded in that directory.
-        let mut by_wd: HashMap<i32, Vec<(OsString, PathBuf)>> = HashMap::new();
-        for p in &guarded {
-            if let (Some(dir), Some(name)) = (p.parent(), p.file_name())
-                && let Some(wd) = dirs.get(dir)
-            {
-                by_wd
-                    .entry(*wd)
-                    .or_default()
-                    .push((name.to_os_string(), p.clone()));
-            }
-        }
-
-        let (stop_rx, stop_tx) = pipe()?;
-        let guarded = Arc::new(guarded);
-        let removed = Arc::new(Mutex::new(Vec::new()));
-        let (done_tx, done) = std::sync::mpsc::channel();
-        let thread = {
-            let guarded = Arc::clone(&guarded);
-            let removed = Arc::clone(&removed);
-            std::thread::Builder::new()
-                .name("protected-name-watcher".into())
-                .spawn(move || {
-                    watch_loop(&ino, stop_rx, by_wd, &guarded, &removed);
-                    let _ = done_tx.send(());
-                    // `ino` is closed here, after the caller stopped waiting.
-                })?
-        };
-        Ok(Self {
+        state.calls.insert(
+            id,
+            Active {
+                guarded: guarded.clone(),
+                report: GuardReport::default(),
+            },
+        );
+        Ok(CallGuard {
+            inner: Arc::clone(&self.inner),
+            id,
             guarded,
-            removed,
-            stop_tx: Some(stop_tx),
-            done: Some(done),
-            thread: Some(thread),
+            watched,
+            finished: false,
         })
     }
+}
 
-    /// The paths being guarded.
+/// One call's registration; [`CallGuard::finish`] ends it with a final scan.
+pub struct CallGuard {
+    inner: Arc<Inner>,
+    id: u64,
+    guarded: Vec<PathBuf>,
+    watched: Vec<PathBuf>,
+    finished: bool,
+}
+
+impl CallGuard {
+    /// The paths this call guards.
     pub fn guarded(&self) -> &[PathBuf] {
         &self.guarded
     }
 
-    /// Stops watching, runs the final scan and returns every path removed (each once, in the
-    /// order first removed).
-    pub fn stop(mut self) -> Vec<PathBuf> {
-        self.shutdown();
-        scan(&self.guarded, &self.removed);
-        let mut out = std::mem::take(&mut *lock(&self.removed));
-        let mut seen = std::collections::HashSet::new();
-        out.retain(|p| seen.insert(p.clone()));
-        out
-    }
-
-    fn shutdown(&mut self) {
-        if let Some(tx) = self.stop_tx.take() {
-            // Closing the write end makes the read end readable (EOF): no write needed.
-            drop(tx);
+    /// Runs the final scan, stops guarding and reports what was found during the call.
+    pub fn finish(mut self) -> GuardReport {
+        self.finished = true;
+        let mut trash = Vec::new();
+        let mut state = lock(&self.inner.state);
+        let mut report = sweep(&self.guarded, &mut trash);
+        report.roots_restored = restore_roots(&self.inner.roots);
+        // Other calls guarding what this sweep took away hear of it too.
+        share(&mut state, &report, Some(self.id));
+        if let Some(active) = state.calls.remove(&self.id) {
+            let mut all = active.report;
+            all.merge(report);
+            report = all;
         }
-        if let Some(done) = self.done.take() {
-            // Ok: the work is done; Err: the thread ended (panicked) — either way, go on.
-            let _ = done.recv();
-        }
-        // Detach: the thread only has the descriptor's close left to do.
-        drop(self.thread.take());
+        let watched = std::mem::take(&mut self.watched);
+        release_dirs(&self.inner, &mut state, &watched);
+        drop(state);
+        trash.iter().for_each(|t| delete_tree(t));
+        report
     }
 }
 
-impl Drop for ProtectedNameWatcher {
+impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.shutdown();
+        if !self.finished {
+            let mut state = lock(&self.inner.state);
+            state.calls.remove(&self.id);
+            let watched = std::mem::take(&mut self.watched);
+            release_dirs(&self.inner, &mut state, &watched);
+        }
     }
 }
 
-fn watch_loop(
-    ino: &OwnedFd,
-    stop: OwnedFd,
-    by_wd: HashMap<i32, Vec<(OsString, PathBuf)>>,
-    guarded: &[PathBuf],
-    removed: &Mutex<Vec<PathBuf>>,
-) {
+fn release_dirs(inner: &Inner, state: &mut State, dirs: &[PathBuf]) {
+    for dir in dirs {
+        let gone = match state.dirs.get_mut(dir) {
+            Some((_, users)) => {
+                *users -= 1;
+                *users == 0
+            }
+            None => false,
+        };
+        if gone && let Some((wd, _)) = state.dirs.remove(dir) {
+            // SAFETY: removing our own watch; an already-gone watch just fails.
+            unsafe { libc::inotify_rm_watch(inner.inotify.as_raw_fd(), wd) };
+        }
+    }
+}
+
+fn watch_loop(inner: &Inner) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: ino.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, RESCAN.as_millis() as libc::c_int) };
+        let mut fds = [libc::pollfd {
+            fd: inner.inotify.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, RESCAN.as_millis() as libc::c_int) };
         if n < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return;
-        }
-        if fds[1].revents != 0 {
-            return;
-        }
-        if n == 0 {
-            scan(guarded, removed);
+            std::thread::sleep(RESCAN);
             continue;
         }
-        // SAFETY: reading into our buffer.
-        let len = unsafe { libc::read(ino.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if len <= 0 {
-            continue;
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        let mut rescan = n == 0;
+        if n > 0 {
+            // SAFETY: reading into our buffer.
+            let len = unsafe {
+                libc::read(
+                    inner.inotify.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if len > 0 {
+                let state = lock(&inner.state);
+                for (wd, mask, name) in parse_events(&buf[..len as usize]) {
+                    if mask & libc::IN_Q_OVERFLOW != 0 {
+                        rescan = true;
+                        continue;
+                    }
+                    let Some(dir) = state
+                        .dirs
+                        .iter()
+                        .find(|(_, (w, _))| *w == wd)
+                        .map(|(d, _)| d.clone())
+                    else {
+                        continue;
+                    };
+                    let path = dir.join(&name);
+                    if state.calls.values().any(|a| a.guarded.contains(&path)) {
+                        candidates.push(path);
+                    }
+                }
+            }
         }
-        let mut overflow = false;
-        for (wd, mask, name) in parse_events(&buf[..len as usize]) {
-            if mask & libc::IN_Q_OVERFLOW != 0 {
-                overflow = true;
+        // Sweep and report under one lock, so no call can finish between a removal and its
+        // report; delete the quarantined trees after.
+        let mut trash = Vec::new();
+        {
+            let mut state = lock(&inner.state);
+            if state.calls.is_empty() {
                 continue;
             }
-            if let Some(names) = by_wd.get(&wd)
-                && let Some((_, path)) = names.iter().find(|(n, _)| *n == name)
-            {
-                remove_guarded(path, removed);
+            if rescan {
+                candidates.extend(state.calls.values().flat_map(|a| a.guarded.iter().cloned()));
             }
+            candidates.sort();
+            candidates.dedup();
+            let mut found = sweep(&candidates, &mut trash);
+            if rescan {
+                found.roots_restored = restore_roots(&inner.roots);
+            }
+            share(&mut state, &found, None);
         }
-        if overflow {
-            scan(guarded, removed);
+        trash.iter().for_each(|t| delete_tree(t));
+    }
+}
+
+/// Adds what a sweep found to every active call (but `except`) that guards it.
+fn share(state: &mut State, found: &GuardReport, except: Option<u64>) {
+    for (id, active) in state.calls.iter_mut() {
+        if Some(*id) == except {
+            continue;
         }
+        let mine = GuardReport {
+            removed: found
+                .removed
+                .iter()
+                .filter(|p| active.guarded.contains(p))
+                .cloned()
+                .collect(),
+            not_removed: found
+                .not_removed
+                .iter()
+                .filter(|(p, _)| active.guarded.contains(p))
+                .cloned()
+                .collect(),
+            roots_restored: found.roots_restored.clone(),
+        };
+        active.report.merge(mine);
     }
 }
 
@@ -248,52 +442,164 @@ fn parse_events(buf: &[u8]) -> Vec<(i32, u32, OsString)> {
     out
 }
 
-/// Removes every guarded path that exists now.
-fn scan(guarded: &[PathBuf], removed: &Mutex<Vec<PathBuf>>) {
-    for p in guarded {
-        remove_guarded(p, removed);
-    }
-}
-
-fn remove_guarded(path: &Path, removed: &Mutex<Vec<PathBuf>>) {
-    if remove_no_follow(path) {
-        lock(removed).push(path.to_path_buf());
-    }
-}
-
-/// Removes `path` recursively without following symlinks (a symlink is removed itself, never its
-/// target). Retries while a concurrent writer refills a directory. Returns whether anything was
-/// there.
-pub fn remove_no_follow(path: &Path) -> bool {
-    let mut found = false;
-    for _ in 0..REMOVE_ATTEMPTS {
-        let meta = match std::fs::symlink_metadata(path) {
-            Ok(m) => m,
-            Err(_) => return found,
-        };
-        found = true;
-        // std's remove_dir_all works through O_NOFOLLOW directory descriptors, so a symlink
-        // planted inside the tree cannot redirect the deletion.
-        let r = if meta.is_dir() {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
-        };
-        if r.is_ok() && std::fs::symlink_metadata(path).is_err() {
-            return true;
+/// Takes away every path of `paths` that exists now.
+///
+/// Renames happen here; the quarantined trees are returned for deletion by the caller once it
+/// has recorded the report (deleting a large tree must not hold up other calls, and a call must
+/// never finish between a removal and its report).
+fn sweep(paths: &[PathBuf], trash: &mut Vec<PathBuf>) -> GuardReport {
+    let mut report = GuardReport::default();
+    for p in paths {
+        match take_away(p, trash) {
+            Ok(false) => {}
+            Ok(true) => report.removed.push(p.clone()),
+            Err(cause) => report.not_removed.push((p.clone(), cause)),
         }
     }
-    found
+    report
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: a two-element buffer for pipe2.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
+/// Takes `path` away: renamed to a quarantine name in the same directory (pushed on `trash`
+/// for [`delete_tree`]). `Ok(true)`: it was there and is gone; `Ok(false)`: it was not there;
+/// `Err`: it is still there, and why. A tree that cannot be deleted after the rename is
+/// harmless (its name is not one git or codex looks for) and is not an error.
+fn take_away(path: &Path, trash: &mut Vec<PathBuf>) -> Result<bool, String> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let (Some(dir), Some(_)) = (path.parent(), path.file_name()) else {
+        return Ok(false);
+    };
+    let mut found = false;
+    let mut last_error = String::new();
+    for _ in 0..REMOVE_ATTEMPTS {
+        if std::fs::symlink_metadata(path).is_err() {
+            return Ok(found);
+        }
+        found = true;
+        let quarantine = dir.join(format!(
+            "{QUARANTINE_PREFIX}{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        match rename_noreplace(path, &quarantine) {
+            Ok(()) => {
+                trash.push(quarantine);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
+                    && let Some(restore) = make_owner_writable(dir) =>
+            {
+                // The sandbox removed the write bit of the directory itself; its owner (us)
+                // may put it back for the rename.
+                let r = rename_noreplace(path, &quarantine);
+                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(restore));
+                match r {
+                    Ok(()) => trash.push(quarantine),
+                    Err(e) => last_error = e.to_string(),
+                }
+            }
+            Err(e) => last_error = e.to_string(),
+        }
     }
-    // SAFETY: fresh descriptors we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(found);
+    }
+    Err(if last_error.is_empty() {
+        "it kept being recreated".into()
+    } else {
+        last_error
+    })
+}
+
+/// `renameat2(RENAME_NOREPLACE)`: never clobbers an existing quarantine name.
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    let (f, t) = (
+        std::ffi::CString::new(from.as_os_str().as_bytes())?,
+        std::ffi::CString::new(to.as_os_str().as_bytes())?,
+    );
+    // SAFETY: renameat2 with valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Adds the owner's write and search bits to `dir` when we own it; returns its old mode.
+fn make_owner_writable(dir: &Path) -> Option<u32> {
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    // SAFETY: geteuid cannot fail.
+    if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+        return None;
+    }
+    let old = meta.mode() & 0o7777;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(old | 0o700)).ok()?;
+    Some(old)
+}
+
+/// Deletes a quarantined tree: every directory in it is first given its owner's rwx back (a
+/// `0555` tree cannot be emptied otherwise), never following a symlink.
+fn delete_tree(path: &Path) {
+    fn open_up(dir: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(dir) else {
+            return;
+        };
+        if !meta.is_dir() {
+            return;
+        }
+        let _ = std::fs::set_permissions(
+            dir,
+            std::fs::Permissions::from_mode((meta.mode() & 0o7777) | 0o700),
+        );
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    open_up(&e.path());
+                }
+            }
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            open_up(path);
+            // std's remove_dir_all works through O_NOFOLLOW directory descriptors, so a
+            // symlink planted inside the tree cannot redirect the deletion.
+            let _ = std::fs::remove_dir_all(path);
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(_) => {}
+    }
+}
+
+/// H14: clears group/other write bits a root gained since the worker started.
+fn restore_roots(roots: &[(PathBuf, u32)]) -> Vec<(PathBuf, u32)> {
+    let mut restored = Vec::new();
+    for (root, original) in roots {
+        let Ok(meta) = std::fs::symlink_metadata(root) else {
+            continue;
+        };
+        let now = meta.mode() & 0o7777;
+        let gained = now & 0o022 & !original;
+        if gained != 0 {
+            let back = now & !gained;
+            if std::fs::set_permissions(root, std::fs::Permissions::from_mode(back)).is_ok() {
+                restored.push((root.clone(), back));
+            }
+        }
+    }
+    restored
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -305,7 +611,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     use std::time::Instant;
 
     struct Scratch(PathBuf);
@@ -324,12 +630,12 @@ mod tests {
     }
     impl Drop for Scratch {
         fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            delete_tree(&self.0);
         }
     }
 
     fn names(root: &Path) -> Vec<PathBuf> {
-        [".git", ".codex", ".agents"]
+        [".git", ".codex", ".agents", "HEAD"]
             .iter()
             .map(|n| root.join(n))
             .collect()
@@ -346,6 +652,15 @@ mod tests {
         false
     }
 
+    fn leftovers(root: &Path) -> Vec<String> {
+        std::fs::read_dir(root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(QUARANTINE_PREFIX))
+            .collect()
+    }
+
     #[test]
     fn removes_created_names_without_following_symlinks() {
         let s = Scratch::new();
@@ -355,33 +670,65 @@ mod tests {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("keep"), "k").unwrap();
 
-        let w = ProtectedNameWatcher::start_for(&names(&root)).unwrap();
-        assert_eq!(w.guarded().len(), 3);
-        // mkdir with content (a `git init`), a symlink, a rename onto the name.
-        // The watcher may remove `.git` between the two mkdirs: that race is the point.
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        assert_eq!(call.guarded().len(), 4);
+        // mkdir with content (a `git init`), a symlink, a rename onto the name, a HEAD file.
+        // The guard may take `.git` away between the two mkdirs: that race is the point.
         let _ = std::fs::create_dir_all(root.join(".git/hooks"));
         let _ = std::fs::write(root.join(".git/hooks/pre-commit"), "evil");
         symlink(&outside, root.join(".codex")).unwrap();
         std::fs::create_dir(root.join("t")).unwrap();
         std::fs::rename(root.join("t"), root.join(".agents")).unwrap();
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
         for p in names(&root) {
             assert!(wait_gone(&p), "{} still exists", p.display());
         }
-        let removed = w.stop();
-        let mut sorted = removed.clone();
+        let report = call.finish();
+        let mut sorted = report.removed.clone();
         sorted.sort();
         let mut want = names(&root);
         want.sort();
         assert_eq!(sorted, want);
-        // The symlink went, its target did not.
+        assert!(report.not_removed.is_empty());
+        // The symlink went, its target did not; nothing is left in quarantine.
         assert_eq!(std::fs::read_to_string(outside.join("keep")).unwrap(), "k");
+        assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
         assert_eq!(
-            blocked_message(&removed[0]),
+            blocked_message(&report.removed[0]),
             format!(
                 "sandbox blocked creation of protected workspace metadata path {}",
-                removed[0].display()
+                report.removed[0].display()
             )
         );
+    }
+
+    /// H1 (red-team finding 1): a prepared tree whose owner removed its write bits, moved onto
+    /// `.git`, and a root directory made 0555 on top.
+    #[test]
+    fn a_write_protected_tree_moved_onto_the_name_is_still_taken_away() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        let t = root.join("t");
+        std::fs::create_dir_all(t.join("objects")).unwrap();
+        std::fs::create_dir_all(t.join("refs/heads")).unwrap();
+        std::fs::write(t.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(t.join("config"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        for d in ["refs/heads", "refs", "objects", ""] {
+            std::fs::set_permissions(t.join(d), std::fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        std::fs::rename(&t, root.join(".git")).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o555)).unwrap();
+        assert!(wait_gone(&root.join(".git")));
+        let report = call.finish();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(report.removed, vec![root.join(".git")]);
+        assert!(report.not_removed.is_empty());
+        // As root (CI) the tree is deletable anyway; as its owner it is, after opening it up.
+        assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
     }
 
     #[test]
@@ -389,29 +736,39 @@ mod tests {
         let s = Scratch::new();
         let root = s.0.join("root");
         std::fs::create_dir_all(root.join(".git")).unwrap();
-        let w = ProtectedNameWatcher::start_for(&names(&root)).unwrap();
-        assert_eq!(w.guarded(), &names(&root)[1..]);
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        assert_eq!(call.guarded(), &names(&root)[1..]);
         std::fs::write(root.join(".git/config"), "c").unwrap();
         std::fs::create_dir_all(root.join("vendor/x/.git")).unwrap();
         std::fs::write(root.join("ordinary"), "o").unwrap();
         std::thread::sleep(Duration::from_millis(300));
-        assert!(w.stop().is_empty());
+        assert!(call.finish().is_empty());
         assert!(root.join(".git/config").exists());
         assert!(root.join("vendor/x/.git").exists());
         assert!(root.join("ordinary").exists());
     }
 
     #[test]
-    fn final_scan_catches_a_late_creation() {
+    fn final_scan_catches_a_late_creation_and_calls_share_one_instance() {
         let s = Scratch::new();
         let root = s.0.join("root");
         std::fs::create_dir_all(&root).unwrap();
-        let w = ProtectedNameWatcher::start_for(&names(&root)).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let first = guard.begin(&names(&root)).unwrap();
+        let second = guard.begin(&names(&root)).unwrap();
         std::fs::write(root.join(".codex"), "late").unwrap();
-        // stop() immediately: whichever of the thread or the final scan gets it, it is reported.
-        let removed = w.stop();
-        assert_eq!(removed, vec![root.join(".codex")]);
+        // finish() at once: whichever of the thread or the final scan gets it, it is reported
+        // to every call guarding it.
+        let a = first.finish();
+        let b = second.finish();
+        assert_eq!(a.removed, vec![root.join(".codex")]);
+        assert_eq!(b.removed, vec![root.join(".codex")]);
         assert!(std::fs::symlink_metadata(root.join(".codex")).is_err());
+        // Outside any call nothing is guarded: a name created now stays.
+        std::fs::write(root.join(".codex"), "host").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(root.join(".codex").exists());
     }
 
     #[test]
@@ -420,11 +777,28 @@ mod tests {
         let root = s.0.join("root");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("file"), "f").unwrap();
-        let w = ProtectedNameWatcher::start_for(&names(&root)).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
         std::fs::hard_link(root.join("file"), root.join(".agents")).unwrap();
         assert!(wait_gone(&root.join(".agents")));
-        assert_eq!(w.stop(), vec![root.join(".agents")]);
+        assert_eq!(call.finish().removed, vec![root.join(".agents")]);
         assert_eq!(std::fs::read_to_string(root.join("file")).unwrap(), "f");
+    }
+
+    /// H14: a root opened to other users during a call gets its mode back.
+    #[test]
+    fn a_root_made_world_writable_is_restored() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let report = call.finish();
+        assert_eq!(report.roots_restored, vec![(root.clone(), 0o755)]);
+        let mode = std::fs::metadata(&root).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "group/other write cleared, the rest kept");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! that only the worker can make — the protected-name watcher (spec/sandbox.md §3.3) and the
 //! denial evidence it produces.
 
-use crate::sandbox::watcher::{ProtectedNameWatcher, blocked_message};
+use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::watcher::{Guard, GuardReport};
 use crate::tools::shell::capture::{CaptureBuffer, CaptureLimits};
 use crate::tools::shell::{ExecOutcome, ExecRequest, OutputChunk};
 use crate::tools::{CommandRunner, ToolError};
@@ -11,50 +12,95 @@ use std::sync::atomic::AtomicBool;
 
 /// Runs commands inside the worker's sandbox.
 pub struct SandboxedRunner {
-    /// `<root>/.git|.codex|.agents` that did not exist when the session opened.
+    /// Paths whose creation is blocked (`<root>/.git|.codex|.agents|HEAD`, missing gitdirs)
+    /// because they did not exist when the worker was built.
     pub protected_missing: Vec<PathBuf>,
     /// Whether the session is sandboxed (the denial heuristic never fires in danger-full-access).
     pub sandboxed: bool,
+    /// The worker's guard (its inotify instance was created before seccomp); `None` when there
+    /// is nothing to guard.
+    pub guard: Option<Guard>,
+    /// What the worker's mounts protect, to tell whether that is still everything (per call).
+    pub protection: Protection,
+}
+
+/// The protection a worker was built with: its writable roots, the names protected at their
+/// tops, and the paths it mounted read-only or guards.
+#[derive(Debug, Clone, Default)]
+pub struct Protection {
+    pub roots: Vec<PathBuf>,
+    pub names: Vec<String>,
+    pub protected_paths: Vec<PathBuf>,
+    pub protected_missing: Vec<PathBuf>,
+}
+
+impl Protection {
+    pub fn of(policy: &SandboxPolicy) -> Self {
+        Self {
+            roots: policy.writable_roots.clone(),
+            names: policy.protected_names.clone(),
+            protected_paths: policy.protected_paths.clone(),
+            protected_missing: policy.protected_missing.clone(),
+        }
+    }
+
+    /// Protection is computed per call, not per worker (spec/sandbox.md §8.6 H1): recomputes
+    /// what must be protected now and compares it with what this worker's mounts protect.
+    /// `Err` names what changed; the daemon then builds a worker for the new state.
+    pub fn check_current(&self) -> Result<(), String> {
+        if self.roots.is_empty() {
+            return Ok(());
+        }
+        let (protected, missing) = crate::sandbox::roots::protected_paths(&self.roots, &self.names)
+            .map_err(|e| e.to_string())?;
+        if let Some(p) = protected.iter().find(|p| !self.protected_paths.contains(p)) {
+            return Err(format!(
+                "{} appeared since the worker was built",
+                p.display()
+            ));
+        }
+        if let Some(p) = missing.iter().find(|p| !self.protected_missing.contains(p)) {
+            return Err(format!("{} is newly guarded", p.display()));
+        }
+        Ok(())
+    }
 }
 
 /// The outcome of one command plus the worker's own evidence.
 pub struct RunReport {
     pub outcome: ExecOutcome,
-    /// Protected names the command created and the worker removed.
-    pub blocked: Vec<PathBuf>,
+    /// What the guard found: protected names taken away (or not), roots restored.
+    pub guard: GuardReport,
 }
 
 impl SandboxedRunner {
-    /// Runs `req` under the protected-name watcher.
+    /// Runs `req` under the protected-name guard.
     pub fn run_checked(
         &self,
         req: &ExecRequest,
         on_chunk: &mut dyn FnMut(OutputChunk),
         cancel: &AtomicBool,
     ) -> Result<RunReport, ToolError> {
-        let watcher = if self.protected_missing.is_empty() {
-            None
-        } else {
-            Some(
-                ProtectedNameWatcher::start_for(&self.protected_missing).map_err(|e| {
-                    ToolError::new(
-                        crate::tools::ErrorKind::Internal,
-                        format!("sandbox could not watch protected paths: {e}"),
-                    )
-                })?,
-            )
+        let call = match &self.guard {
+            Some(guard) => Some(guard.begin(&self.protected_missing).map_err(|e| {
+                ToolError::new(
+                    crate::tools::ErrorKind::Internal,
+                    format!("sandbox could not watch protected paths: {e}"),
+                )
+            })?),
+            _ => None,
         };
         let result = crate::tools::shell::run(req, on_chunk, cancel);
-        let blocked = watcher.map(|w| w.stop()).unwrap_or_default();
+        let guard = call.map(|c| c.finish()).unwrap_or_default();
         let mut outcome = result?;
-        if !blocked.is_empty() {
-            mark_blocked(&mut outcome, &blocked, on_chunk);
+        if !guard.is_empty() {
+            mark_blocked(&mut outcome, &guard, on_chunk);
         }
-        Ok(RunReport { outcome, blocked })
+        Ok(RunReport { outcome, guard })
     }
 
     pub fn sandbox_denied(&self, report: &RunReport) -> bool {
-        !report.blocked.is_empty() || report.outcome.likely_sandbox_denied(self.sandboxed)
+        !report.guard.is_empty() || report.outcome.likely_sandbox_denied(self.sandboxed)
     }
 }
 
@@ -69,16 +115,16 @@ impl CommandRunner for SandboxedRunner {
     }
 }
 
-/// A blocked creation makes the call fail: the output gets one line per removed path and an exit
+/// A blocked creation makes the call fail: the output gets one line per finding and an exit
 /// status of 0 becomes 1 (spec/sandbox.md §3.3).
 fn mark_blocked(
     outcome: &mut ExecOutcome,
-    blocked: &[PathBuf],
+    guard: &GuardReport,
     on_chunk: &mut dyn FnMut(OutputChunk),
 ) {
     let mut notice = String::new();
-    for path in blocked {
-        notice.push_str(&blocked_message(path));
+    for line in guard.lines() {
+        notice.push_str(&line);
         notice.push('\n');
     }
     on_chunk(OutputChunk::Stderr(notice.as_bytes().to_vec()));
@@ -114,6 +160,8 @@ pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
         runner: std::sync::Arc::new(SandboxedRunner {
             protected_missing: Vec::new(),
             sandboxed: false,
+            guard: None,
+            protection: Protection::default(),
         }),
         timeout_ceiling_ms: u64::MAX,
         patch: crate::tools::apply_patch::PatchContext {

@@ -7,8 +7,16 @@
 use crate::sandbox::error::LayerError;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
+use crate::sandbox::watcher::Guard;
 use crate::sandbox::{caps, identity, landlock, limits, namespaces, seccomp};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// A confined worker: what each layer reported, and the protected-name guard (created as the
+/// caller before seccomp, which denies `inotify_init` to everything after it).
+pub struct Confined {
+    pub reports: Vec<LayerReport>,
+    pub guard: Option<Guard>,
+}
 
 /// Confines the calling process according to `policy`. `keep_fds` survive (the request socket).
 /// Note: in sandboxed modes this forks (the new PID namespace applies to children) and returns
@@ -17,7 +25,7 @@ pub fn confine(
     policy: &SandboxPolicy,
     degraded: &[Layer],
     keep_fds: &[RawFd],
-) -> Result<Vec<LayerReport>, LayerError> {
+) -> Result<Confined, LayerError> {
     let mut reports = Vec::new();
     let sandboxed = policy.mode.is_sandboxed();
     let mut step =
@@ -68,6 +76,19 @@ pub fn confine(
             },
         ))
     })?;
+    // The guard's inotify instance, charged to the caller's uid, made while inotify_init is
+    // still allowed (H13: commands may not make their own).
+    let guard = if sandboxed && !policy.writable_roots.is_empty() {
+        Some(Guard::new(policy).map_err(|e| {
+            LayerError::new(
+                "watcher",
+                format_args!("cannot create the inotify instance that guards protected names: {e}"),
+                "Raise fs.inotify.max_user_instances, or close other inotify users of this uid",
+            )
+        })?)
+    } else {
+        None
+    };
     if sandboxed {
         // 3. Capabilities: every set emptied, securebits locked, verified.
         step(Layer::Capabilities, &mut caps::drop_all_capabilities)?;
@@ -87,8 +108,10 @@ pub fn confine(
             reports.push(not_applicable(layer));
         }
     }
-    // 7. Resource limits, non-dumpable, inherited descriptors closed.
-    let report = limits::apply(&policy.limits, keep_fds)?;
+    // 7. Resource limits, non-dumpable, inherited descriptors closed (but the guard's).
+    let mut keep: Vec<RawFd> = keep_fds.to_vec();
+    keep.extend(guard.as_ref().map(|g| g.fd().as_raw_fd()));
+    let report = limits::apply(&policy.limits, &keep)?;
     reports.push(report);
-    Ok(reports)
+    Ok(Confined { reports, guard })
 }

@@ -39,6 +39,12 @@ pub fn execute(
     stream: bool,
     emit: &mut dyn FnMut(Reply),
 ) -> Reply {
+    // Calls that can write re-check protection first (per call, not per worker; H1). Read-only
+    // tools cannot create or change a protected name, so they skip it.
+    let can_write = matches!(call, Call::Shell(_) | Call::ApplyPatch(_) | Call::Invoke(_));
+    if can_write && let Err(what) = runner.protection.check_current() {
+        return Reply::Stale(what);
+    }
     let result = match call {
         Call::ReadFile(req) => read_file_call(ctx, req).map(Reply::ReadFile),
         Call::ListDir(req) => list_dir_call(ctx, req).map(Reply::ListDir),

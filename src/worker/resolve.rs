@@ -92,6 +92,7 @@ fn become_caller(params: &SessionParams) -> Result<(), ResolveRefusal> {
         limits: params.limits.clone(),
         skipped_roots: Vec::new(),
         root_ids: Vec::new(),
+        protected_names: Vec::new(),
     };
     crate::sandbox::identity::apply_identity(&carrier).map_err(helper)?;
     if root {

@@ -62,8 +62,8 @@ pub fn worker_main() -> i32 {
         }
     };
     // Confinement closes every other descriptor, so no second handle on the socket exists yet.
-    let reports = match confine::confine(&spec.policy, &spec.degraded, &[0, 1, 2, WORKER_FD]) {
-        Ok(r) => r,
+    let confined = match confine::confine(&spec.policy, &spec.degraded, &[0, 1, 2, WORKER_FD]) {
+        Ok(c) => c,
         Err(e) => {
             let _ = send_failure(&mut socket, tonic::Code::FailedPrecondition, e.message);
             return 71;
@@ -80,7 +80,7 @@ pub fn worker_main() -> i32 {
         id: 0,
         last: true,
         result: Some(worker_reply::Result::Ready(Ready {
-            layers: reports.iter().map(layer_to_api).collect(),
+            layers: confined.reports.iter().map(layer_to_api).collect(),
         })),
     };
     if frame::write_blocking(&mut writer, &ready).is_err() {
@@ -95,6 +95,8 @@ pub fn worker_main() -> i32 {
         runner: Arc::new(SandboxedRunner {
             protected_missing: spec.policy.protected_missing.clone(),
             sandboxed: spec.policy.mode.is_sandboxed(),
+            guard: confined.guard,
+            protection: crate::worker::commands::Protection::of(&spec.policy),
         }),
         shell: crate::tools::shell::default_user_shell(),
         network_disabled: !spec.policy.network,
@@ -121,14 +123,17 @@ fn patch_rules(policy: &SandboxPolicy) -> crate::tools::apply_patch::PatchContex
         protected_names: if unconfined {
             Vec::new()
         } else {
-            // The names protected at the top of each root: those that exist (read-only
-            // mounts) and those that do not (creation blocked).
+            // The names guarded or protected directly at the top of a root (`.git`, `.codex`,
+            // `.agents`, git-directory markers such as `HEAD`).
             let mut names: Vec<String> = policy
                 .protected_paths
                 .iter()
                 .chain(&policy.protected_missing)
+                .filter(|p| {
+                    p.parent()
+                        .is_some_and(|dir| policy.writable_roots.iter().any(|r| r == dir))
+                })
                 .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-                .filter(|n| n.starts_with('.'))
                 .collect();
             names.sort();
             names.dedup();
@@ -137,7 +142,17 @@ fn patch_rules(policy: &SandboxPolicy) -> crate::tools::apply_patch::PatchContex
         protected_paths: if unconfined {
             Vec::new()
         } else {
-            policy.protected_paths.clone()
+            // Existing protected paths, plus guarded ones deeper than a root's top (a `.git`
+            // file's gitdir that does not exist yet).
+            policy
+                .protected_paths
+                .iter()
+                .chain(policy.protected_missing.iter().filter(|p| {
+                    !p.parent()
+                        .is_some_and(|dir| policy.writable_roots.iter().any(|r| r == dir))
+                }))
+                .cloned()
+                .collect()
         },
     }
 }
