@@ -5,6 +5,7 @@
 //! namespaces → identity → caps → no_new_privs → landlock → seccomp → limits.
 
 pub mod caps;
+pub mod cgroup;
 pub mod error;
 pub mod identity;
 pub mod landlock;

@@ -3,8 +3,8 @@
 //!
 //! The filter is data: [`RULES`] is the whole policy, one entry per (syscall, condition, errno,
 //! why), grouped by what each protects. Everything not listed is allowed (a denylist); a denied
-//! syscall returns `EPERM` unless the entry says otherwise (`clone3` → `ENOSYS`, so libc falls
-//! back to `clone`, whose flags the filter can inspect).
+//! syscall returns `EPERM` unless the entry says otherwise (`clone3` and `openat2` → `ENOSYS`, so
+//! libc falls back to `clone`/`openat`, whose flags and mode the filter can inspect).
 //!
 //! Three BPF programs are installed, all with `SECCOMP_FILTER_FLAG_TSYNC`:
 //! - one `seccompiler` program per distinct errno in the table (`seccompiler` gives a whole filter
@@ -106,6 +106,17 @@ macro_rules! rule {
             why: $why,
         }
     };
+    // A syscall the libc crate does not name on every target: its number given explicitly.
+    ($sys:ident = $nr:expr, $applies:ident, $when:expr, $errno:ident, $why:expr) => {
+        SyscallRule {
+            syscall: stringify!($sys),
+            nr: $nr,
+            applies: Applies::$applies,
+            when: $when,
+            errno: libc::$errno,
+            why: $why,
+        }
+    };
 }
 
 const IO_URING: &str = "io_uring performs socket, connect and open operations without the \
@@ -134,6 +145,22 @@ const NET_ADDRESSED: &str =
     "network off: an unconnected datagram socket could address a host socket";
 const NET_MMSG: &str = "network off: as Codex's restricted mode";
 const VSOCK: &str = "VSOCK reaches services on the hypervisor host and WSL2's Windows interop";
+const SETID: &str = "no set-user-ID/set-group-ID file may be made: the owner may set these bits \
+    without CAP_FSETID, and a setuid copy of a shell in a writable root gives the session's uid \
+    (root, for a confined root caller) to any local user outside the sandbox";
+const OPENAT2: &str = "openat2 passes its mode in memory the filter cannot read; ENOSYS makes libc \
+    fall back to openat, whose mode the filter sees";
+
+/// `S_ISUID` and `S_ISGID`: either bit in a mode argument (compared as 32 bits: `mode_t` and the
+/// kernel's `umode_t` are at most 32 bits wide, and both bits lie in the low 16) denies the call.
+/// The mode of `open`/`openat` is checked whatever the flags: the kernel ignores it without
+/// `O_CREAT`/`O_TMPFILE`, and libc passes 0 there, so checking it always costs nothing and leaves
+/// no flag combination to get wrong.
+const SETID_BITS: &[u64] = &[libc::S_ISUID as u64, libc::S_ISGID as u64];
+
+/// `fchmodat2` (Linux 6.6) has number 452 in both the x86_64 table and the generic table aarch64
+/// uses; the libc crate names it only on some targets, hence the number (checked on x86_64).
+const SYS_FCHMODAT2: i64 = 452;
 
 /// `CLONE_NEW*` flags visible in `clone`'s first argument. (`CLONE_NEWTIME`, 0x80, overlaps the
 /// exit-signal byte of `clone` and is only accepted by `clone3`, which returns `ENOSYS` anyway.)
@@ -218,6 +245,24 @@ pub const RULES: &[SyscallRule] = &[
     // Terminal injection (the request is an unsigned int in the kernel: 32-bit compare).
     rule!(SYS_ioctl,              Always,     When::Arg32Eq(1, TIOCSTI),           EPERM,  TERMINAL),
     rule!(SYS_ioctl,              Always,     When::Arg32Eq(1, TIOCLINUX),         EPERM,  TERMINAL),
+    // Set-user-ID / set-group-ID bits (arm64 has only the *at forms; the argument is the mode).
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_chmod,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_fchmod,             Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_fchmodat,           Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_fchmodat2 = SYS_FCHMODAT2, Always, When::Arg32AnyBit(2, SETID_BITS), EPERM,  SETID),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_open,               Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_openat,             Always,     When::Arg32AnyBit(3, SETID_BITS),    EPERM,  SETID),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_creat,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_mkdir,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_mkdirat,            Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_mknod,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_mknodat,            Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
+    rule!(SYS_openat2,            Always,     When::Always,                        ENOSYS, OPENAT2),
     // Network off: only AF_UNIX sockets, and no reaching out with them.
     rule!(SYS_socket,             NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
     rule!(SYS_socketpair,         NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
@@ -512,6 +557,8 @@ mod tests {
     fn table_is_well_formed() {
         assert_eq!(TIOCSTI, libc::TIOCSTI as libc::c_ulong);
         assert_eq!(TIOCLINUX, libc::TIOCLINUX as libc::c_ulong);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
         let mut seen = BTreeSet::new();
         for r in RULES {
             assert!(r.syscall.starts_with("SYS_") && !r.why.is_empty(), "{r:?}");
@@ -520,7 +567,8 @@ mod tests {
                 "duplicate {r:?}"
             );
             assert!(
-                r.errno == libc::EPERM || (r.name() == "clone3" && r.errno == libc::ENOSYS),
+                r.errno == libc::EPERM
+                    || (["clone3", "openat2"].contains(&r.name()) && r.errno == libc::ENOSYS),
                 "{r:?}"
             );
         }
@@ -990,6 +1038,294 @@ mod tests {
             }
             Ok(())
         });
+    }
+
+    // ---- H3: set-user-ID / set-group-ID bits ----------------------------------------------
+
+    const SETID_MASK: u32 = libc::S_ISUID | libc::S_ISGID;
+
+    fn mode_of(p: &std::path::Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode()
+    }
+
+    fn raw_fchmodat2(path: &std::ffi::CStr, mode: u32) -> i64 {
+        // SAFETY: valid C string; integer arguments.
+        unsafe { libc::syscall(SYS_FCHMODAT2, libc::AT_FDCWD, path.as_ptr(), mode, 0) }
+    }
+
+    #[test]
+    fn setid_bits_cannot_be_set_by_the_chmod_family() {
+        use crate::sandbox::testutil::cstr;
+        let dir = TempDir::new("sc-setid-chmod");
+        let file = dir.path().join("rootsh");
+        std::fs::copy("/bin/true", &file).unwrap();
+        let c = cstr(&file);
+        // Baseline: outside the filter every one of these calls sets the bits (we are root, and
+        // the owner may anyway), including fchmodat2 on this kernel.
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::chmod(c.as_ptr(), 0o4755) }, 0);
+        assert_eq!(mode_of(&file) & 0o7777, 0o4755);
+        assert_eq!(raw_fchmodat2(&c, 0o2755), 0, "baseline fchmodat2");
+        assert_eq!(mode_of(&file) & 0o7777, 0o2755);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::chmod(c.as_ptr(), 0o644) }, 0);
+
+        let path = file.clone();
+        assert_child_ok(move || {
+            apply_in_child(false)?;
+            let c = cstr(&path);
+            for mode in [0o4755, 0o2755, 0o6755, 0o7777, 0o4000, 0o2000] {
+                // SAFETY: valid C string; integer mode.
+                let rc = unsafe { libc::chmod(c.as_ptr(), mode) };
+                expect_errno(&format!("chmod {mode:o}"), rc as i64, libc::EPERM)?;
+            }
+            // The kernel reads the mode as umode_t; bits above 32 must not hide the set-id bit.
+            #[cfg(target_arch = "x86_64")]
+            {
+                // SAFETY: valid C string; integer mode.
+                let rc =
+                    unsafe { libc::syscall(libc::SYS_chmod, c.as_ptr(), (1u64 << 32) | 0o4755) };
+                expect_errno("chmod with high bits", rc, libc::EPERM)?;
+            }
+            // SAFETY: valid C string.
+            let rc = unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), 0o2755, 0) };
+            expect_errno("fchmodat 2755", rc as i64, libc::EPERM)?;
+            expect_errno("fchmodat2 4755", raw_fchmodat2(&c, 0o4755), libc::EPERM)?;
+            let f = std::fs::File::open(&path).map_err(|e| format!("open: {e}"))?;
+            // SAFETY: our own open fd.
+            let rc = unsafe { libc::fchmod(f.as_raw_fd(), 0o4755) };
+            expect_errno("fchmod 4755", rc as i64, libc::EPERM)?;
+            // The same inode through /proc/self/fd is still a chmod with the bit.
+            let via_proc = cstr(format!("/proc/self/fd/{}", f.as_raw_fd()));
+            // SAFETY: valid C string.
+            let rc = unsafe { libc::chmod(via_proc.as_ptr(), 0o4755) };
+            expect_errno("chmod /proc/self/fd/N", rc as i64, libc::EPERM)?;
+            expect_errno(
+                "fchmodat2 /proc/self/fd/N",
+                raw_fchmodat2(&via_proc, 0o6755),
+                libc::EPERM,
+            )?;
+            // The allowed path: ordinary modes, sticky bit included.
+            // SAFETY: valid C string / our own fd.
+            unsafe {
+                expect_success("chmod 0755", libc::chmod(c.as_ptr(), 0o755) as i64)?;
+                expect_success("fchmod 0700", libc::fchmod(f.as_raw_fd(), 0o700) as i64)?;
+                expect_success(
+                    "fchmodat 1755",
+                    libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), 0o1755, 0) as i64,
+                )?;
+            }
+            expect_success("fchmodat2 0755", raw_fchmodat2(&c, 0o755))?;
+            Ok(())
+        });
+        assert_eq!(
+            mode_of(&file) & 0o7777,
+            0o755,
+            "host sees the last allowed mode"
+        );
+    }
+
+    #[test]
+    fn setid_files_and_directories_cannot_be_created() {
+        use crate::sandbox::testutil::cstr;
+        let dir = TempDir::new("sc-setid-create");
+        let d = dir.path().to_path_buf();
+        // Baseline: open(O_CREAT, 04755) and mknod(S_IFREG|06755) make set-id files without the
+        // filter (umask 0 so the harness's umask does not mask the bits). Linux ignores S_ISGID
+        // in mkdir's mode (a directory inherits it from its parent instead), so mkdir has no
+        // baseline; the filter refuses it anyway so no kernel detail decides.
+        assert_child_ok({
+            let d = d.clone();
+            move || {
+                // SAFETY: integer argument; this child only.
+                unsafe { libc::umask(0) };
+                let f = cstr(d.join("baseline-open"));
+                let n = cstr(d.join("baseline-mknod"));
+                // SAFETY: valid C strings, integer arguments.
+                unsafe {
+                    let fd = libc::open(f.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o4755);
+                    libc::close(expect_success("baseline open", fd as i64)? as i32);
+                    let rc = libc::mknodat(libc::AT_FDCWD, n.as_ptr(), libc::S_IFREG | 0o6755, 0);
+                    expect_success("baseline mknodat", rc as i64)?;
+                }
+                Ok(())
+            }
+        });
+        assert_eq!(
+            mode_of(&d.join("baseline-open")) & SETID_MASK,
+            libc::S_ISUID
+        );
+        assert_eq!(mode_of(&d.join("baseline-mknod")) & SETID_MASK, SETID_MASK);
+
+        let existing = d.join("existing");
+        std::fs::write(&existing, b"data").unwrap();
+        let cd = d.clone();
+        assert_child_ok(move || {
+            // SAFETY: integer argument; this child only.
+            unsafe { libc::umask(0) };
+            apply_in_child(false)?;
+            let at = |name: &str| cstr(cd.join(name));
+            let exists = |name: &str| cd.join(name).symlink_metadata().is_ok();
+            // SAFETY (whole block): valid C strings and integer arguments only.
+            unsafe {
+                let p = at("open-suid");
+                let rc = libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o4755);
+                expect_errno("open(O_CREAT, 04755)", rc as i64, libc::EPERM)?;
+                let p = at("openat-sgid");
+                let rc = libc::openat(
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    libc::O_CREAT | libc::O_RDWR,
+                    0o2755,
+                );
+                expect_errno("openat(O_CREAT, 02755)", rc as i64, libc::EPERM)?;
+                let p = at("");
+                let rc = libc::open(p.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o4700);
+                expect_errno("open(O_TMPFILE, 04700)", rc as i64, libc::EPERM)?;
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let p = at("creat-suid");
+                    expect_errno(
+                        "creat 04755",
+                        libc::creat(p.as_ptr(), 0o4755) as i64,
+                        libc::EPERM,
+                    )?;
+                    let p = at("mknod-suid");
+                    let rc = libc::syscall(libc::SYS_mknod, p.as_ptr(), libc::S_IFREG | 0o4755, 0);
+                    expect_errno("mknod(S_IFREG|04755)", rc, libc::EPERM)?;
+                }
+                let p = at("mkdir-sgid");
+                expect_errno(
+                    "mkdir 02775",
+                    libc::mkdir(p.as_ptr(), 0o2775) as i64,
+                    libc::EPERM,
+                )?;
+                let p = at("mkdirat-suid");
+                let rc = libc::mkdirat(libc::AT_FDCWD, p.as_ptr(), 0o4755);
+                expect_errno("mkdirat 04755", rc as i64, libc::EPERM)?;
+                let p = at("mknodat-sgid");
+                let rc = libc::mknodat(libc::AT_FDCWD, p.as_ptr(), libc::S_IFREG | 0o2755, 0);
+                expect_errno("mknodat(S_IFREG|02755)", rc as i64, libc::EPERM)?;
+                // openat2 carries its mode in a struct: refused as ENOSYS so libc uses openat.
+                let p = at("openat2-suid");
+                let how = [libc::O_CREAT as u64 | libc::O_WRONLY as u64, 0o4755, 0];
+                let rc = libc::syscall(
+                    libc::SYS_openat2,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    how.as_ptr(),
+                    std::mem::size_of_val(&how),
+                );
+                expect_errno("openat2", rc, libc::ENOSYS)?;
+                for name in [
+                    "open-suid",
+                    "openat-sgid",
+                    "creat-suid",
+                    "mknod-suid",
+                    "mkdir-sgid",
+                    "mkdirat-suid",
+                    "mknodat-sgid",
+                    "openat2-suid",
+                ] {
+                    if exists(name) {
+                        return Err(format!("{name} was created"));
+                    }
+                }
+                // The allowed path: ordinary creation and opening.
+                let p = at("plain-file");
+                let fd = libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o755);
+                libc::close(expect_success("open(O_CREAT, 0755)", fd as i64)? as i32);
+                let p = at("plain-dir");
+                expect_success("mkdir 0755", libc::mkdir(p.as_ptr(), 0o755) as i64)?;
+                let p = at("sticky-dir");
+                expect_success("mkdir 01777", libc::mkdir(p.as_ptr(), 0o1777) as i64)?;
+                let p = at("existing");
+                let fd = libc::open(p.as_ptr(), libc::O_RDONLY);
+                libc::close(expect_success("open existing", fd as i64)? as i32);
+            }
+            std::fs::write(cd.join("std-write"), b"x").map_err(|e| format!("std write: {e}"))?;
+            std::fs::create_dir_all(cd.join("a/b")).map_err(|e| format!("create_dir_all: {e}"))?;
+            Ok(())
+        });
+        // Host side: nothing set-id beyond the baseline entries, and the allowed ones exist.
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            if !name.starts_with("baseline-") {
+                assert_eq!(mode_of(&entry.path()) & SETID_MASK, 0, "{name} is set-id");
+            }
+        }
+        assert_eq!(mode_of(&d.join("plain-file")) & 0o7777, 0o755);
+        assert!(d.join("plain-dir").is_dir() && d.join("a/b").is_dir());
+    }
+
+    #[test]
+    fn commands_cannot_make_setuid_copies() {
+        let dir = TempDir::new("sc-setid-cmd");
+        let d = dir.path().to_path_buf();
+        // A setuid source (made on the host) for `cp -p`; baseline: the host can copy it with its
+        // mode, so `cp -p` really tries to set the bit.
+        let src = d.join("suid-src");
+        std::fs::copy("/bin/true", &src).unwrap();
+        std::fs::set_permissions(&src, std::os::unix::fs::PermissionsExt::from_mode(0o4755))
+            .unwrap();
+        let status = std::process::Command::new("cp")
+            .args(["-p", "suid-src", "baseline-copy"])
+            .current_dir(&d)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(
+            mode_of(&d.join("baseline-copy")) & SETID_MASK,
+            libc::S_ISUID
+        );
+        std::fs::remove_file(d.join("baseline-copy")).unwrap();
+
+        let cd = d.clone();
+        assert_child_ok(move || {
+            apply_in_child(false)?;
+            std::env::set_current_dir(&cd).map_err(|e| format!("chdir: {e}"))?;
+            sh_ok("cp /bin/bash ./rootsh && mkdir ./shared")?;
+            for (script, needle) in [
+                ("chmod 4755 ./rootsh", "Operation not permitted"),
+                ("chmod u+s ./rootsh", "Operation not permitted"),
+                ("chmod g+s ./rootsh", "Operation not permitted"),
+                ("chmod g+s ./shared", "Operation not permitted"),
+                (
+                    "install -m 4755 /bin/true ./installed",
+                    "Operation not permitted",
+                ),
+                ("cp -p ./suid-src ./copy", "Operation not permitted"),
+                ("mkdir -m 2775 ./sgid-dir", "Operation not permitted"),
+                (
+                    "python3 -c 'import os; os.open(\"py-suid\", os.O_CREAT|os.O_WRONLY, 0o4755)'",
+                    "PermissionError",
+                ),
+                (
+                    "python3 -c 'import os; os.chmod(\"rootsh\", 0o6755)'",
+                    "PermissionError",
+                ),
+            ] {
+                sh_denied(script, needle)?;
+            }
+            // The allowed path.
+            sh_ok(
+                "chmod 0755 ./rootsh && chmod u+x,g-w ./rootsh && install -m 755 /bin/true ./ok",
+            )?;
+            Ok(())
+        });
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().into_string().unwrap();
+            if name != "suid-src" {
+                assert_eq!(mode_of(&entry.path()) & SETID_MASK, 0, "{name} is set-id");
+            }
+        }
+        assert!(!d.join("sgid-dir").exists() && !d.join("py-suid").exists());
+        assert_eq!(mode_of(&d.join("ok")) & 0o7777, 0o755);
+        // `cp -p` made the copy but could not give it the bit.
+        assert!(d.join("copy").exists());
     }
 
     #[test]

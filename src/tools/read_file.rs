@@ -1,9 +1,14 @@
 //! The `read_file` tool (spec/tools.md §2): numbered lines of a text file, either a plain slice
 //! (`offset`/`limit`) or the indentation block around an anchor line.
+//!
+//! Only regular files are read (a FIFO would block the worker, `/dev/zero` would never end), and
+//! at most [`MAX_LINE_BYTES`] of each line are kept (spec/sandbox.md §8.6, H11).
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -12,6 +17,11 @@ use super::{ToolError, resolve_path, truncate_to_char_boundary};
 
 /// Longest line text returned, in bytes (cut at a character boundary, no marker).
 pub const MAX_LINE_LENGTH: usize = 500;
+/// Bytes of one line kept for formatting and indentation; the rest of a longer line is read and
+/// discarded (still counting lines), so a single huge line cannot grow the worker. Far above the
+/// 500 bytes shown, so output is unchanged; only indentation mode's view of a line whose first
+/// 64 KiB are all whitespace can differ from Codex (which keeps whole lines).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// Indent width of one tab when measuring indentation.
 pub const TAB_WIDTH: usize = 4;
 pub const DEFAULT_OFFSET: usize = 1;
@@ -106,18 +116,110 @@ fn read_error(err: &std::io::Error) -> ToolError {
     ToolError::io("failed to read file: ", err)
 }
 
+/// `failed to read file: not a regular file ({what})`: the tool reads only regular files.
+fn not_regular(what: &str) -> ToolError {
+    ToolError::invalid(format!("failed to read file: not a regular file ({what})"))
+}
+
+/// What a non-regular file is, for the refusal; `None` for regular files and directories (a
+/// directory keeps Codex's `Is a directory` read error).
+fn special_kind(ft: std::fs::FileType) -> Option<&'static str> {
+    if ft.is_fifo() {
+        Some("a FIFO")
+    } else if ft.is_char_device() {
+        Some("a character device")
+    } else if ft.is_block_device() {
+        Some("a block device")
+    } else if ft.is_socket() {
+        Some("a socket")
+    } else {
+        None
+    }
+}
+
+/// Opens `path` (following symlinks) only if it is a regular file. A `stat` first spares devices
+/// the side effects of an open; the open itself is non-blocking and takes no controlling
+/// terminal, so a FIFO swapped in after the `stat` cannot block, and `fstat` on the opened file
+/// decides.
+fn open_regular(path: &Path) -> Result<File, ToolError> {
+    if let Ok(meta) = std::fs::metadata(path)
+        && let Some(what) = special_kind(meta.file_type())
+    {
+        return Err(not_regular(what));
+    }
+    open_checked(path)
+}
+
+fn open_checked(path: &Path) -> Result<File, ToolError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| read_error(&e))?;
+    let ft = file.metadata().map_err(|e| read_error(&e))?.file_type();
+    if ft.is_dir() {
+        return Err(read_error(&io::Error::from_raw_os_error(libc::EISDIR)));
+    }
+    if let Some(what) = special_kind(ft) {
+        return Err(not_regular(what));
+    }
+    // Back to blocking reads (the flag means nothing for most regular files, but a network or
+    // FUSE file system may honour it and answer EAGAIN).
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0
+        {
+            return Err(read_error(&io::Error::last_os_error()));
+        }
+    }
+    Ok(file)
+}
+
+/// Reads one line (through its `\n`, or to EOF) into `buf`, keeping at most `cap` bytes of it and
+/// discarding the rest; returns the bytes consumed (0 at EOF).
+fn read_capped_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, cap: usize) -> io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(consumed);
+        }
+        let (len, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&available[..len.min(room)]);
+        reader.consume(len);
+        consumed += len;
+        if done {
+            return Ok(consumed);
+        }
+    }
+}
+
 /// Yields each line's bytes without its `\n` and one `\r` before it; a final line without a
-/// newline keeps any trailing `\r`, and a trailing newline adds no empty line.
-fn for_each_line(path: &Path, mut f: impl FnMut(&[u8]) -> bool) -> Result<(), ToolError> {
-    let file = File::open(path).map_err(|e| read_error(&e))?;
-    let mut reader = BufReader::new(file);
+/// newline keeps any trailing `\r`, and a trailing newline adds no empty line. A line longer than
+/// [`MAX_LINE_BYTES`] yields only its first `MAX_LINE_BYTES` bytes.
+fn for_each_line(path: &Path, f: impl FnMut(&[u8]) -> bool) -> Result<(), ToolError> {
+    let file = open_regular(path)?;
+    lines_of(&mut BufReader::new(file), MAX_LINE_BYTES, f).map_err(|e| read_error(&e))
+}
+
+fn lines_of(
+    reader: &mut impl BufRead,
+    cap: usize,
+    mut f: impl FnMut(&[u8]) -> bool,
+) -> io::Result<()> {
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| read_error(&e))?;
-        if n == 0 {
+        if read_capped_line(reader, &mut buf, cap)? == 0 {
             return Ok(());
         }
         if buf.last() == Some(&b'\n') {
@@ -160,14 +262,17 @@ fn read_slice(path: &Path, offset: usize, limit: usize) -> Result<Vec<NumberedLi
     Ok(lines)
 }
 
-/// A loaded line with what the indentation walk needs.
+/// A loaded line with what the indentation walk needs: its shown text and its measures, not the
+/// whole line, so loading a file costs at most ~500 bytes per line.
 struct LineRecord {
-    raw: String,
+    text: String,
     indent: usize,
+    blank: bool,
+    comment: bool,
 }
 
 impl LineRecord {
-    fn new(raw: String) -> Self {
+    fn new(raw: &str) -> Self {
         let indent = raw
             .chars()
             .map_while(|c| match c {
@@ -176,16 +281,21 @@ impl LineRecord {
                 _ => None,
             })
             .sum();
-        Self { raw, indent }
+        let trimmed = raw.trim();
+        Self {
+            text: display_text(raw),
+            indent,
+            blank: trimmed.is_empty(),
+            comment: COMMENT_PREFIXES.iter().any(|p| trimmed.starts_with(p)),
+        }
     }
 
     fn is_blank(&self) -> bool {
-        self.raw.trim().is_empty()
+        self.blank
     }
 
     fn is_comment(&self) -> bool {
-        let trimmed = self.raw.trim();
-        COMMENT_PREFIXES.iter().any(|p| trimmed.starts_with(p))
+        self.comment
     }
 }
 
@@ -225,7 +335,7 @@ fn read_indentation_block(
 
     let mut records = Vec::new();
     for_each_line(path, |bytes| {
-        records.push(LineRecord::new(String::from_utf8_lossy(bytes).into_owned()));
+        records.push(LineRecord::new(&String::from_utf8_lossy(bytes)));
         true
     })?;
     if records.is_empty() || anchor_line > records.len() {
@@ -242,7 +352,7 @@ fn read_indentation_block(
     let final_limit = limit.min(guard).min(records.len());
     let numbered = |i: usize| NumberedLine {
         number: i + 1,
-        text: display_text(&records[i].raw),
+        text: records[i].text.clone(),
     };
     if final_limit == 1 {
         return Ok(vec![numbered(anchor)]);
@@ -830,5 +940,168 @@ private:
              L15:                 return \"heads\";\n\
              L16:             }"
         );
+    }
+
+    // ---- H11: only regular files, bounded lines -------------------------------------------
+
+    /// Runs read_file on `path` in another thread; a call that blocks fails the test instead of
+    /// hanging it.
+    fn read_within_5s(path: &Path) -> Result<String, ToolError> {
+        let json = format!(
+            "{{\"file_path\":{}}}",
+            serde_json::to_string(path.to_str().unwrap()).unwrap()
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_file(Path::new("/"), &parse(&json)).map(|o| o.model_text()));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("read_file blocked")
+    }
+
+    fn mkfifo(dir: &TempDir, name: &str) -> PathBuf {
+        let p = dir.path().join(name);
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        p
+    }
+
+    #[test]
+    fn fifo_is_refused_without_blocking() {
+        let dir = TempDir::new().unwrap();
+        let fifo = mkfifo(&dir, "pipe");
+        // Baseline: a plain blocking open of a FIFO with no writer does not return.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(File::open(&p).is_ok());
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "baseline: a blocking open of a FIFO must block"
+        );
+        let err = read_within_5s(&fifo).unwrap_err();
+        assert_eq!(
+            err.message,
+            "failed to read file: not a regular file (a FIFO)"
+        );
+        assert_eq!(err.kind, ErrorKind::InvalidArgument);
+        // The open-then-fstat path (a FIFO swapped in after the stat) does not block either.
+        let err = open_checked(&fifo).unwrap_err();
+        assert_eq!(
+            err.message,
+            "failed to read file: not a regular file (a FIFO)"
+        );
+        // Unblock the baseline thread's open so it can finish.
+        let _ = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+    }
+
+    #[test]
+    fn devices_and_sockets_are_refused() {
+        for dev in ["/dev/zero", "/dev/null", "/dev/urandom"] {
+            let err = read_within_5s(Path::new(dev)).unwrap_err();
+            assert_eq!(
+                err.message, "failed to read file: not a regular file (a character device)",
+                "{dev}"
+            );
+            assert_eq!(err.kind, ErrorKind::InvalidArgument);
+            assert_eq!(
+                open_checked(Path::new(dev)).unwrap_err().message,
+                err.message,
+                "{dev} after open"
+            );
+        }
+        let dir = TempDir::new().unwrap();
+        let sock = dir.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert_eq!(
+            read_within_5s(&sock).unwrap_err().message,
+            "failed to read file: not a regular file (a socket)"
+        );
+        // A symlink to a device is refused too (the target decides).
+        let link = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert!(
+            read_within_5s(&link)
+                .unwrap_err()
+                .message
+                .contains("character device")
+        );
+    }
+
+    #[test]
+    fn symlink_to_a_regular_file_still_works() {
+        let dir = TempDir::new().unwrap();
+        write(&dir, "real.txt", b"one\ntwo\n");
+        let link = dir.path().join("link.txt");
+        std::os::unix::fs::symlink("real.txt", &link).unwrap();
+        assert_eq!(read_within_5s(&link).unwrap(), "L1: one\nL2: two");
+        // And in indentation mode.
+        let json = format!(
+            "{{\"file_path\":{},\"mode\":\"indentation\",\"offset\":2}}",
+            serde_json::to_string(link.to_str().unwrap()).unwrap()
+        );
+        assert_eq!(
+            read_file(dir.path(), &parse(&json)).unwrap().model_text(),
+            "L1: one\nL2: two"
+        );
+    }
+
+    #[test]
+    fn a_10_mib_line_is_read_with_a_bounded_buffer() {
+        let dir = TempDir::new().unwrap();
+        let mut contents = vec![b'x'; 10 << 20];
+        contents.extend_from_slice(b"\nsecond\r\nthird");
+        let p = write(&dir, "long.txt", &contents);
+        let json = format!(
+            "{{\"file_path\":{}}}",
+            serde_json::to_string(p.to_str().unwrap()).unwrap()
+        );
+        assert_eq!(
+            read_file(dir.path(), &parse(&json)).unwrap().model_text(),
+            format!("L1: {}\nL2: second\nL3: third", "x".repeat(500))
+        );
+        let json = format!(
+            "{{\"file_path\":{},\"offset\":2,\"limit\":1}}",
+            serde_json::to_string(p.to_str().unwrap()).unwrap()
+        );
+        assert_eq!(
+            read_file(dir.path(), &parse(&json)).unwrap().model_text(),
+            "L2: second"
+        );
+        // What the tool holds per line never exceeds the cap, whatever the line's length.
+        let mut reader = BufReader::new(File::open(&p).unwrap());
+        let mut seen = Vec::new();
+        lines_of(&mut reader, MAX_LINE_BYTES, |bytes| {
+            seen.push(bytes.len());
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, vec![MAX_LINE_BYTES, 6, 5]);
+    }
+
+    #[test]
+    fn capped_lines_keep_counting_across_an_endless_looking_stream() {
+        // 256 MiB of one line from a reader (no file): consumed in full, kept to the cap, and the
+        // next line is found.
+        use std::io::Read;
+        let long = std::io::repeat(b'z').take(256 << 20);
+        let mut reader = BufReader::new(long.chain(&b"\nnext\nlast"[..]));
+        let mut buf = Vec::new();
+        let n = read_capped_line(&mut reader, &mut buf, 1024).unwrap();
+        assert_eq!(
+            (n, buf.len(), buf.capacity() <= 16 * 1024),
+            ((256 << 20) + 1, 1024, true)
+        );
+        let mut lines = Vec::new();
+        lines_of(&mut reader, 1024, |b| {
+            lines.push(String::from_utf8_lossy(b).into_owned());
+            true
+        })
+        .unwrap();
+        assert_eq!(lines, ["next", "last"]);
     }
 }

@@ -1,0 +1,653 @@
+//! Per-worker memory limits (spec/sandbox.md §8.6, H11): each worker and everything it runs
+//! lives in its own memory cgroup, so no tool call can take the host's memory. Without a cgroup,
+//! [`rlimit_fallback`] gives a per-process ceiling instead.
+//!
+//! This module finds and manages the cgroups; it does not decide limits (policy) or spawn
+//! workers (the pool). Use:
+//! 1. [`MemoryCgroups::detect`] once at daemon start; `Err` says why no cgroup can be made.
+//! 2. [`MemoryCgroups::create`] before spawning each worker.
+//! 3. [`WorkerCgroup::join_self_raw`] in the worker `Command`'s `pre_exec` (async-signal-safe),
+//!    so the worker is limited before it runs a single instruction of its own.
+//! 4. Keep the [`WorkerCgroup`] as long as the worker; drop it after reaping (the directory is
+//!    removed, leftover members killed).
+//!
+//! Layout: `<daemon's own memory cgroup>/corral-workers/daemon-<pid>/<name>`. The per-daemon
+//! level keeps daemons that share a cgroup (a test suite, two instances) from colliding on
+//! worker names or removing each other's directories.
+//!
+//! Hierarchies: cgroup v2 when its `memory` controller is available (`memory.max`,
+//! `memory.swap.max = 0`), else the v1 `memory` controller (`memory.limit_in_bytes`, and
+//! `memory.memsw.limit_in_bytes` to the same value when swap accounting exists, so a worker
+//! cannot spill into swap instead of being killed). On v2 the daemon's own cgroup must be able to
+//! enable `memory` for its subtree: the root cgroup, or one without processes of its own (the
+//! "no internal processes" rule).
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Directory made under the daemon's own memory cgroup.
+pub const WORKERS_DIR: &str = "corral-workers";
+
+/// The lowest default limit, whatever the host's memory.
+pub const MIN_DEFAULT_LIMIT: u64 = 1 << 30;
+
+/// Which cgroup hierarchy holds the memory controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where this daemon makes its workers' memory cgroups.
+#[derive(Debug)]
+pub struct MemoryCgroups {
+    version: CgroupVersion,
+    /// `.../corral-workers/daemon-<pid>`.
+    dir: PathBuf,
+}
+
+/// One worker's memory cgroup; removed on drop.
+#[derive(Debug)]
+pub struct WorkerCgroup {
+    version: CgroupVersion,
+    dir: PathBuf,
+    /// `<dir>/cgroup.procs`, built before any fork so joining allocates nothing.
+    procs: CString,
+}
+
+impl MemoryCgroups {
+    /// Finds a memory controller this process may create children in, and makes this daemon's
+    /// directory there. `Err` names what is missing (for the health report and the fallback).
+    pub fn detect() -> Result<Self, String> {
+        let cgroups = fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+        let v2 = match own_cgroup_dir(&cgroups, &mountinfo, CgroupVersion::V2) {
+            Some(own) => match prepare_v2(&own) {
+                Ok(m) => return Ok(m),
+                Err(e) => e,
+            },
+            None => "no cgroup v2 hierarchy".to_string(),
+        };
+        let v1 = match own_cgroup_dir(&cgroups, &mountinfo, CgroupVersion::V1) {
+            Some(own) => match prepare(CgroupVersion::V1, &own) {
+                Ok(m) => return Ok(m),
+                Err(e) => e,
+            },
+            None => "no cgroup v1 memory controller mounted".to_string(),
+        };
+        Err(format!("no memory cgroup available: v2: {v2}; v1: {v1}"))
+    }
+
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    /// This daemon's directory (`.../corral-workers/daemon-<pid>`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Makes the cgroup `name` (one path component, e.g. `worker-3`) with a memory limit of
+    /// `limit_bytes`. A leftover directory of that name without members is replaced.
+    pub fn create(&self, name: &str, limit_bytes: u64) -> io::Result<WorkerCgroup> {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad cgroup name {name:?}"),
+            ));
+        }
+        let dir = self.dir.join(name);
+        if let Err(e) = fs::create_dir(&dir) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(with_path(e, "mkdir", &dir));
+            }
+            fs::remove_dir(&dir).map_err(|e| with_path(e, "rmdir stale", &dir))?;
+            fs::create_dir(&dir).map_err(|e| with_path(e, "mkdir", &dir))?;
+        }
+        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // From here the directory is removed again if a limit cannot be written.
+        let cg = WorkerCgroup {
+            version: self.version,
+            dir,
+            procs,
+        };
+        cg.set_limit(limit_bytes)?;
+        Ok(cg)
+    }
+}
+
+impl Drop for MemoryCgroups {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+impl WorkerCgroup {
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn set_limit(&self, bytes: u64) -> io::Result<()> {
+        match self.version {
+            CgroupVersion::V2 => {
+                self.write("memory.max", bytes)?;
+                self.write_if_present("memory.swap.max", 0)
+            }
+            CgroupVersion::V1 => {
+                self.write("memory.limit_in_bytes", bytes)?;
+                // memory+swap ≥ memory is required, so after the memory limit.
+                self.write_if_present("memory.memsw.limit_in_bytes", bytes)?;
+                // Without swap accounting, at least prefer reclaiming cache to swapping.
+                self.write_if_present("memory.swappiness", 0)
+            }
+        }
+    }
+
+    fn write(&self, file: &str, value: u64) -> io::Result<()> {
+        let p = self.dir.join(file);
+        fs::write(&p, value.to_string()).map_err(|e| with_path(e, "write", &p))
+    }
+
+    fn write_if_present(&self, file: &str, value: u64) -> io::Result<()> {
+        match self.write(file, value) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Moves the calling process into this cgroup. Async-signal-safe (only `open`, `write` and
+    /// `close` on a path built in advance), so it may run in a `pre_exec` closure after `fork`.
+    pub fn join_self_raw(&self) -> io::Result<()> {
+        // SAFETY: a valid NUL-terminated path; a static one-byte buffer; our own fd.
+        unsafe {
+            let fd = libc::open(self.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+            // Read errno before close can change it.
+            let err = (n != 1).then(io::Error::last_os_error);
+            libc::close(fd);
+            match err {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        }
+    }
+
+    /// Moves another process (by pid) into this cgroup.
+    pub fn add_process(&self, pid: u32) -> io::Result<()> {
+        let p = self.dir.join("cgroup.procs");
+        fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))
+    }
+
+    /// How many times the kernel's OOM killer acted in this cgroup (v1 `memory.oom_control`,
+    /// v2 `memory.events`), so the pool can say a worker died of its memory limit.
+    pub fn oom_kills(&self) -> io::Result<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.oom_control",
+            CgroupVersion::V2 => "memory.events",
+        };
+        let p = self.dir.join(file);
+        let text = fs::read_to_string(&p).map_err(|e| with_path(e, "read", &p))?;
+        Ok(keyed_value(&text, "oom_kill").unwrap_or(0))
+    }
+
+    /// Peak memory charged to the cgroup (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`).
+    pub fn peak_bytes(&self) -> io::Result<u64> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.max_usage_in_bytes",
+            CgroupVersion::V2 => "memory.peak",
+        };
+        let p = self.dir.join(file);
+        let text = fs::read_to_string(&p).map_err(|e| with_path(e, "read", &p))?;
+        text.trim().parse().map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
+        })
+    }
+
+    /// SIGKILLs the members left in the cgroup (descendants that outlived the reaped worker).
+    fn kill_members(&self) {
+        if self.version == CgroupVersion::V2 && fs::write(self.dir.join("cgroup.kill"), "1").is_ok()
+        {
+            return;
+        }
+        if let Ok(text) = fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: signalling a pid; a member that exited meanwhile gives ESRCH.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+impl Drop for WorkerCgroup {
+    /// Removes the directory. A cgroup stays busy for a moment after its last member is reaped
+    /// (v1 offlines the memory first), hence the retries; members still alive are killed after
+    /// the first attempts. Never panics; gives up after about a second.
+    fn drop(&mut self) {
+        for attempt in 0..40 {
+            match fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => {
+                    if attempt == 3 {
+                        self.kill_members();
+                    }
+                    std::thread::sleep(Duration::from_millis(5 * (attempt.min(5) + 1)));
+                }
+            }
+        }
+    }
+}
+
+/// The fallback when no cgroup can be made: `RLIMIT_DATA` (brk and private writable mappings,
+/// Linux ≥ 4.7). It bounds each process, not the worker's whole tree (`RLIMIT_NPROC` bounds how
+/// many there are). `RLIMIT_AS` is not used: it counts reserved address space, which the Go and
+/// Java runtimes and sanitizers reserve in the gigabytes without touching it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RlimitFallback {
+    pub resource: libc::__rlimit_resource_t,
+    pub name: &'static str,
+    pub bytes: u64,
+}
+
+pub fn rlimit_fallback(limit_bytes: u64) -> RlimitFallback {
+    RlimitFallback {
+        resource: libc::RLIMIT_DATA,
+        name: "RLIMIT_DATA",
+        bytes: limit_bytes,
+    }
+}
+
+impl RlimitFallback {
+    /// Sets soft and hard limit. Async-signal-safe (one `setrlimit`), for `pre_exec` too.
+    pub fn apply_raw(&self) -> io::Result<()> {
+        let lim = libc::rlimit {
+            rlim_cur: self.bytes,
+            rlim_max: self.bytes,
+        };
+        // SAFETY: setrlimit reads the struct.
+        if unsafe { libc::setrlimit(self.resource, &lim) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// The policy default: half the host's memory (`MemTotal`), at least [`MIN_DEFAULT_LIMIT`].
+pub fn default_limit_bytes() -> u64 {
+    let total = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| mem_total_bytes(&t))
+        .unwrap_or(0);
+    (total / 2).max(MIN_DEFAULT_LIMIT)
+}
+
+fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Detection.
+
+fn with_path(e: io::Error, op: &str, p: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{op} {}: {e}", p.display()))
+}
+
+/// `key value` lines (`memory.events`, `memory.oom_control`).
+fn keyed_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+/// The daemon's own cgroup directory in the hierarchy of `version` (v1: the one with the
+/// `memory` controller), from `/proc/self/cgroup` and the mount table.
+fn own_cgroup_dir(cgroups: &str, mountinfo: &str, version: CgroupVersion) -> Option<PathBuf> {
+    // /proc/self/cgroup: `hierarchy-id:controllers:path`; v2 is `0::path`.
+    let path = cgroups.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let wanted = match version {
+            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
+            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
+        };
+        wanted.then_some(path)
+    })?;
+    // mountinfo: `id parent dev root mountpoint opts [optional...] - fstype source superopts`.
+    mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        let (root, mountpoint) = (unescape(left.get(3)?), unescape(left.get(4)?));
+        let matches = match version {
+            CgroupVersion::V2 => *right.first()? == "cgroup2",
+            CgroupVersion::V1 => {
+                *right.first()? == "cgroup" && right.get(2)?.split(',').any(|o| o == "memory")
+            }
+        };
+        if !matches {
+            return None;
+        }
+        // The mount shows the hierarchy from `root` down; our path must lie below it.
+        let rel = Path::new(path).strip_prefix(&root).ok()?;
+        Some(PathBuf::from(mountpoint).join(rel))
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// v2: `memory` must be available to the daemon's cgroup and enabled for its subtree.
+fn prepare_v2(own: &Path) -> Result<MemoryCgroups, String> {
+    let controllers = fs::read_to_string(own.join("cgroup.controllers"))
+        .map_err(|e| format!("reading {}/cgroup.controllers: {e}", own.display()))?;
+    if !controllers.split_whitespace().any(|c| c == "memory") {
+        return Err(format!(
+            "the memory controller is not available in {} (hybrid host, or not delegated)",
+            own.display()
+        ));
+    }
+    enable_memory(own).map_err(|e| {
+        format!(
+            "{e} (a cgroup with processes of its own cannot enable controllers for its subtree: \
+             run the daemon in a delegated cgroup, e.g. systemd Delegate=yes with the daemon in \
+             a leaf below it)"
+        )
+    })?;
+    prepare(CgroupVersion::V2, own)
+}
+
+/// Adds `memory` to `dir`'s `cgroup.subtree_control` unless it is there.
+fn enable_memory(dir: &Path) -> Result<(), String> {
+    let p = dir.join("cgroup.subtree_control");
+    let current = fs::read_to_string(&p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+    if current.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    fs::write(&p, "+memory").map_err(|e| format!("enabling memory in {}: {e}", p.display()))
+}
+
+/// Makes `<own>/corral-workers/daemon-<pid>` (clearing directories of daemons that are gone)
+/// and, on v2, enables `memory` for the children of both levels.
+fn prepare(version: CgroupVersion, own: &Path) -> Result<MemoryCgroups, String> {
+    let workers = own.join(WORKERS_DIR);
+    mkdir_ok_if_exists(&workers)?;
+    remove_stale(&workers);
+    let dir = workers.join(format!("daemon-{}", std::process::id()));
+    mkdir_ok_if_exists(&dir)?;
+    let m = MemoryCgroups { version, dir };
+    if version == CgroupVersion::V2 {
+        enable_memory(&workers)?;
+        enable_memory(&m.dir)?;
+    }
+    // Prove a worker cgroup with a limit can really be made (read-only cgroupfs, no rights).
+    m.create("probe", MIN_DEFAULT_LIMIT)
+        .map_err(|e| format!("creating a test cgroup: {e}"))?;
+    Ok(m)
+}
+
+fn mkdir_ok_if_exists(p: &Path) -> Result<(), String> {
+    match fs::create_dir(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!("mkdir {}: {e}", p.display())),
+    }
+}
+
+/// Removes `daemon-<pid>` directories whose daemon no longer runs, with their empty children
+/// (a crashed daemon's leftovers). Busy cgroups refuse `rmdir`, so nothing in use is lost.
+fn remove_stale(workers: &Path) {
+    let Ok(entries) = fs::read_dir(workers) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("daemon-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(children) = fs::read_dir(entry.path()) {
+            for child in children.flatten() {
+                if child.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = fs::remove_dir(child.path());
+                }
+            }
+        }
+        let _ = fs::remove_dir(entry.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::testutil::in_child;
+    use nix::sys::signal::Signal;
+    use nix::sys::wait::WaitStatus;
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    const MIB: u64 = 1 << 20;
+
+    /// One detection for the whole test binary (tests run in parallel in one process).
+    fn cgroups() -> Option<&'static MemoryCgroups> {
+        static CG: OnceLock<Result<MemoryCgroups, String>> = OnceLock::new();
+        match CG.get_or_init(MemoryCgroups::detect) {
+            Ok(m) => Some(m),
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                None
+            }
+        }
+    }
+
+    fn unique(tag: &str) -> String {
+        static N: AtomicU32 = AtomicU32::new(0);
+        format!("test-{tag}-{}", N.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Maps `bytes` of anonymous memory and writes to every page, so it is really charged.
+    fn touch(bytes: usize) -> Result<(), String> {
+        // SAFETY: a fresh private anonymous mapping, written within its bounds.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(format!("mmap: {}", io::Error::last_os_error()));
+            }
+            let base = p.cast::<u8>();
+            for off in (0..bytes).step_by(4096) {
+                base.add(off).write_volatile(1);
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn parses_proc_files() {
+        let cgroups = "4:memory:/process_api/abc\n0::/user.slice/u.service\n";
+        let mountinfo = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+            35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+            41 31 0:38 /user.slice /sys/fs/cgroup/uni\\040fied rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            own_cgroup_dir(cgroups, mountinfo, CgroupVersion::V1),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/process_api/abc"))
+        );
+        assert_eq!(
+            own_cgroup_dir(cgroups, mountinfo, CgroupVersion::V2),
+            Some(PathBuf::from("/sys/fs/cgroup/uni fied/u.service"))
+        );
+        // A cgroup outside the mounted part of the hierarchy cannot be reached.
+        let elsewhere = "0::/system.slice/x\n";
+        assert_eq!(
+            own_cgroup_dir(elsewhere, mountinfo, CgroupVersion::V2),
+            None
+        );
+        assert_eq!(
+            own_cgroup_dir("1:cpu:/\n", mountinfo, CgroupVersion::V1),
+            None
+        );
+        assert_eq!(
+            keyed_value("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n", "oom_kill"),
+            Some(3)
+        );
+        assert_eq!(
+            mem_total_bytes("MemTotal:       24684092 kB\nMemFree: 1 kB\n"),
+            Some(24684092 * 1024)
+        );
+    }
+
+    #[test]
+    fn default_limit_is_half_the_memory_and_at_least_1_gib() {
+        let total = mem_total_bytes(&fs::read_to_string("/proc/meminfo").unwrap()).unwrap();
+        assert_eq!(default_limit_bytes(), (total / 2).max(1 << 30));
+        assert!(default_limit_bytes() >= MIN_DEFAULT_LIMIT);
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let Some(cg) = cgroups() else { return };
+        for name in ["", ".", "..", "a/b", "../escape"] {
+            let err = cg.create(name, 64 * MIB).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_child_over_the_limit_is_oom_killed_and_one_under_it_runs() {
+        let Some(cgs) = cgroups() else { return };
+        let cg = cgs.create(&unique("oom"), 64 * MIB).unwrap();
+        let dir = cg.path().to_path_buf();
+        assert!(dir.starts_with(cgs.dir()));
+        // Baseline: without the cgroup, a child touches 256 MiB and exits normally.
+        let free = in_child(|| touch(256 << 20));
+        assert!(free.exited_ok(), "baseline: {free:?}");
+        // Joined through the pre-exec-safe call, the same child dies of SIGKILL (the OOM killer).
+        let killed = in_child(|| {
+            cg.join_self_raw().map_err(|e| format!("join: {e}"))?;
+            touch(256 << 20)?;
+            Err("allocated 256 MiB under a 64 MiB limit".into())
+        });
+        assert!(
+            matches!(killed.status, WaitStatus::Signaled(_, Signal::SIGKILL, _)),
+            "expected SIGKILL, got {killed:?}"
+        );
+        assert!(
+            cg.oom_kills().unwrap() >= 1,
+            "the OOM killer acted in the cgroup"
+        );
+        let peak = cg.peak_bytes().unwrap();
+        assert!(peak <= 64 * MIB, "peak {peak} above the limit");
+        eprintln!("peak charged before the kill: {} KiB", peak / 1024);
+        // The allowed path: 16 MiB fits.
+        let fits = in_child(|| {
+            cg.join_self_raw().map_err(|e| format!("join: {e}"))?;
+            touch(16 << 20)
+        });
+        assert!(fits.exited_ok(), "16 MiB under 64 MiB: {fits:?}");
+        // The host (this process) is untouched and the directory goes with the handle.
+        drop(cg);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+
+    #[test]
+    fn a_command_joins_in_pre_exec_and_leftovers_are_killed_on_drop() {
+        use std::os::unix::process::CommandExt;
+        let Some(cgs) = cgroups() else { return };
+        let cg = std::sync::Arc::new(cgs.create(&unique("cmd"), 256 * MIB).unwrap());
+        let dir = cg.path().to_path_buf();
+        let joined = cg.clone();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("60");
+        // SAFETY: join_self_raw is async-signal-safe.
+        unsafe { cmd.pre_exec(move || joined.join_self_raw()) };
+        let mut child = cmd.spawn().unwrap();
+        let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert_eq!(
+            procs.trim(),
+            child.id().to_string(),
+            "the command is the only member"
+        );
+        // Dropped while the member still runs (a descendant that outlived its worker): the
+        // member is killed and the directory removed anyway.
+        drop(cmd);
+        let cg = std::sync::Arc::into_inner(cg).expect("last handle");
+        drop(cg);
+        assert!(!dir.exists(), "{} left behind", dir.display());
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_stale_directory_of_the_same_name_is_replaced() {
+        let Some(cgs) = cgroups() else { return };
+        let name = unique("stale");
+        fs::create_dir(cgs.dir().join(&name)).unwrap();
+        let cg = cgs.create(&name, 32 * MIB).unwrap();
+        let limit_file = match cg.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        let limit = fs::read_to_string(cg.path().join(limit_file)).unwrap();
+        assert_eq!(limit.trim(), (32 * MIB).to_string());
+    }
+
+    #[test]
+    fn rlimit_fallback_refuses_large_allocations() {
+        let fb = rlimit_fallback(64 * MIB);
+        assert_eq!((fb.resource, fb.name), (libc::RLIMIT_DATA, "RLIMIT_DATA"));
+        // Baseline: 256 MiB can be mapped without the limit.
+        assert!(in_child(|| touch(256 << 20)).exited_ok());
+        let limited = in_child(|| {
+            fb.apply_raw().map_err(|e| format!("setrlimit: {e}"))?;
+            match touch(256 << 20) {
+                Err(e) if e.contains("Cannot allocate memory") => {}
+                other => return Err(format!("256 MiB under RLIMIT_DATA 64 MiB: {other:?}")),
+            }
+            touch(16 << 20)
+        });
+        assert!(limited.exited_ok(), "{limited:?}");
+    }
+}
