@@ -282,13 +282,21 @@ impl Drop for CallHandle {
     }
 }
 
-/// A worker and the number of sessions using it.
-type PoolEntry = (Arc<Worker>, usize);
+/// One policy's worker slot: the worker (started on first use, replaced when it died) and the
+/// number of sessions using it.
+struct PoolEntry {
+    /// Held only by calls for this policy while they start or replace its worker: a slow spawn
+    /// (a hung mount, a loaded host) never stalls another policy, let alone another user
+    /// (spec/sandbox.md §8.6 H5).
+    worker: Arc<tokio::sync::Mutex<Option<Arc<Worker>>>>,
+    users: usize,
+}
 
-/// The workers by policy, with how many sessions use each.
+/// The workers by policy (whose key includes the pinned root identities, H4).
 #[derive(Clone)]
 pub struct WorkerPool {
-    workers: Arc<tokio::sync::Mutex<HashMap<SandboxPolicy, PoolEntry>>>,
+    /// Short critical sections only; never held across an await.
+    workers: Arc<Mutex<HashMap<SandboxPolicy, PoolEntry>>>,
     degraded: Vec<Layer>,
 }
 
@@ -304,49 +312,73 @@ impl WorkerPool {
         &self.degraded
     }
 
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxPolicy, PoolEntry>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `policy`, created if missing; `join` counts one more session on it.
+    fn slot(
+        &self,
+        policy: &SandboxPolicy,
+        join: bool,
+    ) -> Arc<tokio::sync::Mutex<Option<Arc<Worker>>>> {
+        let mut table = self.table();
+        let entry = table.entry(policy.clone()).or_insert_with(|| PoolEntry {
+            worker: Arc::default(),
+            users: 0,
+        });
+        if join || entry.users == 0 {
+            entry.users += 1;
+        }
+        entry.worker.clone()
+    }
+
+    /// The live worker in `slot`, starting one if there is none or it died.
+    async fn live(
+        &self,
+        policy: &SandboxPolicy,
+        slot: &tokio::sync::Mutex<Option<Arc<Worker>>>,
+    ) -> Result<Arc<Worker>, Status> {
+        let mut current = slot.lock().await;
+        match current.as_ref() {
+            Some(worker) if !worker.is_dead() => return Ok(worker.clone()),
+            Some(_) => tracing::info!(
+                mode = policy.mode.as_str(),
+                "replacing a sandbox worker that exited"
+            ),
+            None => {}
+        }
+        let worker = self.spawn(policy).await?;
+        *current = Some(worker.clone());
+        Ok(worker)
+    }
+
     /// A session starts using `policy`: make sure a live worker exists for it.
     pub async fn acquire(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
-        let mut workers = self.workers.lock().await;
-        if let Some((worker, users)) = workers.get_mut(policy)
-            && !worker.is_dead()
-        {
-            *users += 1;
-            return Ok(worker.clone());
+        let slot = self.slot(policy, true);
+        match self.live(policy, &slot).await {
+            Ok(worker) => Ok(worker),
+            Err(e) => {
+                self.release(policy).await;
+                Err(e)
+            }
         }
-        let users = workers.get(policy).map(|(_, n)| *n).unwrap_or(0);
-        let worker = self.spawn(policy).await?;
-        workers.insert(policy.clone(), (worker.clone(), users + 1));
-        Ok(worker)
     }
 
     /// The live worker for `policy`, replacing one that died.
     pub async fn get(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
-        let mut workers = self.workers.lock().await;
-        match workers.get_mut(policy) {
-            Some((worker, _)) if !worker.is_dead() => Ok(worker.clone()),
-            Some(entry) => {
-                tracing::info!(
-                    mode = policy.mode.as_str(),
-                    "replacing a sandbox worker that exited"
-                );
-                entry.0 = self.spawn(policy).await?;
-                Ok(entry.0.clone())
-            }
-            None => {
-                let worker = self.spawn(policy).await?;
-                workers.insert(policy.clone(), (worker.clone(), 1));
-                Ok(worker)
-            }
-        }
+        let slot = self.slot(policy, false);
+        self.live(policy, &slot).await
     }
 
-    /// A session stopped using `policy`; the last one out drops the worker (it exits on EOF).
+    /// A session stopped using `policy`; the last one out drops the worker (it exits on EOF
+    /// once the calls still holding it are done).
     pub async fn release(&self, policy: &SandboxPolicy) {
-        let mut workers = self.workers.lock().await;
-        if let Some((_, users)) = workers.get_mut(policy) {
-            *users = users.saturating_sub(1);
-            if *users == 0 {
-                workers.remove(policy);
+        let mut table = self.table();
+        if let Some(entry) = table.get_mut(policy) {
+            entry.users = entry.users.saturating_sub(1);
+            if entry.users == 0 {
+                table.remove(policy);
             }
         }
     }

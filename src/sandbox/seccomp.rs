@@ -148,6 +148,9 @@ const VSOCK: &str = "VSOCK reaches services on the hypervisor host and WSL2's Wi
 const SETID: &str = "no set-user-ID/set-group-ID file may be made: the owner may set these bits \
     without CAP_FSETID, and a setuid copy of a shell in a writable root gives the session's uid \
     (root, for a confined root caller) to any local user outside the sandbox";
+const INOTIFY: &str = "inotify instances are a per-uid, host-wide resource (128 by default): a \
+    sandbox holding them all breaks the caller's own unsandboxed programs. The worker makes the one \
+    instance it needs before this filter; commands get none (file watchers must poll)";
 const OPENAT2: &str = "openat2 passes its mode in memory the filter cannot read; ENOSYS makes libc \
     fall back to openat, whose mode the filter sees";
 
@@ -263,6 +266,10 @@ pub const RULES: &[SyscallRule] = &[
     rule!(SYS_mknod,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
     rule!(SYS_mknodat,            Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
     rule!(SYS_openat2,            Always,     When::Always,                        ENOSYS, OPENAT2),
+    // Per-uid kernel resources the caller's unsandboxed processes need.
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_inotify_init,       Always,     When::Always,                        EPERM,  INOTIFY),
+    rule!(SYS_inotify_init1,      Always,     When::Always,                        EPERM,  INOTIFY),
     // Network off: only AF_UNIX sockets, and no reaching out with them.
     rule!(SYS_socket,             NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
     rule!(SYS_socketpair,         NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
@@ -866,6 +873,28 @@ mod tests {
             // SAFETY: as above.
             let rc = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) };
             expect_errno("io_uring_setup", rc, libc::EPERM)
+        });
+    }
+
+    /// H13: commands cannot take the caller's per-uid inotify instances; an instance made before
+    /// the filter (the worker's guard) still works.
+    #[test]
+    fn inotify_instances_cannot_be_made_but_an_existing_one_works() {
+        assert_child_ok(|| {
+            // SAFETY: plain inotify calls on our own descriptors.
+            let before = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+            expect_success("baseline inotify_init1", before as i64)?;
+            apply_in_child(false)?;
+            let rc = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+            expect_errno("inotify_init1", rc as i64, libc::EPERM)?;
+            #[cfg(target_arch = "x86_64")]
+            {
+                let rc = unsafe { libc::syscall(libc::SYS_inotify_init) };
+                expect_errno("inotify_init", rc, libc::EPERM)?;
+            }
+            let dir = crate::sandbox::testutil::cstr("/tmp");
+            let wd = unsafe { libc::inotify_add_watch(before, dir.as_ptr(), libc::IN_CREATE) };
+            expect_success("inotify_add_watch on the earlier instance", wd as i64).map(drop)
         });
     }
 

@@ -1,0 +1,608 @@
+//! The escape suite's workspace properties (spec/sandbox.md §8.6 H1, H2, H4, H5, H8, H9, H10,
+//! H13, H14, H15), each attempted through a real daemon with a baseline, the allowed path and a
+//! host-side check — the red-team reproductions of ../shared/notes/redteam-2026-11.md and
+//! variants of our own. Sessions run as a confined root caller (uid 0 with every capability
+//! dropped: file permissions bind it like any user, as in the red-team's root-confined runs).
+
+mod common;
+
+use common::{Daemon, host_sh, outside};
+use corral::api::{self, SandboxMode};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A workspace-write session on `cwd` without /tmp (unless `tmp`), plus extra roots.
+async fn ww(d: &Daemon, cwd: &Path, roots: &[&Path], tmp: bool) -> Result<String, tonic::Status> {
+    d.try_open_with(api::OpenSessionRequest {
+        cwd: cwd.to_string_lossy().into_owned(),
+        mode: SandboxMode::WorkspaceWrite as i32,
+        writable_roots: roots
+            .iter()
+            .map(|r| r.to_string_lossy().into_owned())
+            .collect(),
+        exclude_slash_tmp: !tmp,
+        env: common::session_env(cwd),
+        ..Default::default()
+    })
+    .await
+}
+
+fn exists(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
+
+/// Runs the host's `git status` in `dir` (the victim's next command) and says whether the
+/// planted fsmonitor hook ran (it writes `marker`).
+fn host_git_runs_hook(dir: &Path, marker: &Path) -> bool {
+    let _ = std::fs::remove_file(marker);
+    host_sh(&format!(
+        "cd '{}' && GIT_CEILING_DIRECTORIES='{}' timeout 10 git status >/dev/null 2>&1",
+        dir.display(),
+        dir.parent().unwrap().display()
+    ));
+    exists(marker)
+}
+
+/// Whether the host's git, started in `dir`, finds a repository there (and so reads its config).
+fn host_git_discovers(dir: &Path) -> bool {
+    let (code, out) = host_sh(&format!(
+        "cd '{}' && GIT_CEILING_DIRECTORIES='{}' git config --get core.fsmonitor",
+        dir.display(),
+        dir.parent().unwrap().display()
+    ));
+    code == 0 && !out.trim().is_empty()
+}
+
+/// Finding 1 (F02): a prepared tree whose write bits were removed, renamed onto `.git`, used
+/// to survive the watcher; the host's git then ran its fsmonitor. Variants: the root made 0555
+/// too, `.codex` and `.agents` the same way, a hard link, a symlink, apply_patch.
+#[tokio::test]
+async fn h1_no_protected_name_survives_even_a_write_protected_tree() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let marker = base.path().join("pwned");
+    let plant = |name: &str, extra: &str| {
+        format!(
+            "mkdir -p t/objects t/refs/heads && printf 'ref: refs/heads/main\\n' > t/HEAD && \
+             printf '[core]\\n\\tfsmonitor = \"echo PWNED > {marker}; false\"\\n' > t/config && \
+             chmod 555 t/objects t/refs/heads t/refs t && mv t {name} {extra}; \
+             chmod 755 . 2>/dev/null; true",
+            marker = marker.display()
+        )
+    };
+    // Baseline: on the host the planted tree survives and git runs the hook.
+    host_sh(&format!("cd '{}' && {}", proj.display(), plant(".git", "")));
+    assert!(
+        host_git_runs_hook(&proj, &marker),
+        "baseline: the hook runs"
+    );
+    host_sh(&format!(
+        "chmod -R u+w '{0}/.git' && rm -rf '{0}/.git'",
+        proj.display()
+    ));
+
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    for (name, extra) in [
+        (".git", ""),
+        (".git", "&& chmod 555 ."),
+        (".codex", ""),
+        (".agents", "&& chmod 555 ."),
+    ] {
+        let r = d.sh(&id, &plant(name, extra)).await;
+        assert_ne!(r.exit_code, 0, "{name} {extra}: {}", r.output);
+        assert!(r.response.sandbox_denied, "{name}");
+        assert!(
+            r.output.contains(&format!(
+                "sandbox blocked creation of protected workspace metadata path {}/{name}",
+                proj.display()
+            )),
+            "{}",
+            r.output
+        );
+        assert!(!r.output.contains("could NOT remove"), "{}", r.output);
+        let _ = std::fs::set_permissions(&proj, std::fs::Permissions::from_mode(0o755));
+        assert!(!exists(&proj.join(name)), "{name} survived on the host");
+    }
+    assert!(
+        !host_git_runs_hook(&proj, &marker),
+        "the host's git ran a planted hook"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&proj)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+
+    // A hard link and a symlink onto the names, and apply_patch: all refused.
+    std::fs::write(proj.join("file"), "f").unwrap();
+    let r = d.sh(&id, "ln file .agents; ln -s /etc .codex").await;
+    assert_ne!(r.exit_code, 0);
+    assert!(!exists(&proj.join(".agents")) && !exists(&proj.join(".codex")));
+    assert_eq!(std::fs::read_to_string(proj.join("file")).unwrap(), "f");
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            &serde_json::json!({"input": "*** Begin Patch\n*** Add File: .codex/config.toml\n+x\n*** End Patch\n"}).to_string(),
+        )
+        .await;
+    assert!(!ok, "{out}");
+    assert!(!exists(&proj.join(".codex")));
+    // The allowed path still works.
+    let r = d.sh(&id, "echo ok > fine.txt && cat fine.txt").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}
+
+/// H1, per call: a `.git` (or `.codex`) that appears on the host after the session opened is
+/// read-only from the very next call — today's bug was that the worker built before it left it
+/// writable. The session keeps working (it moves to a worker built for the new state).
+#[tokio::test]
+async fn h1_a_protected_name_created_after_open_is_protected_from_the_next_call() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    assert_eq!(d.sh(&id, "echo one > a.txt").await.exit_code, 0);
+
+    // The host (a checkout tool, another session) creates them now.
+    host_sh(&format!(
+        "git init -q '{0}' && mkdir '{0}/.codex'",
+        proj.display()
+    ));
+    let config_before = std::fs::read(proj.join(".git/config")).unwrap();
+    let r = d
+        .sh(
+            &id,
+            "echo '[core] fsmonitor = evil' >> .git/config; echo x > .git/hooks/pre-commit; \
+             echo x > .codex/config.toml; rm -rf .git; echo two > b.txt",
+        )
+        .await;
+    assert!(r.output.contains("Read-only file system"), "{}", r.output);
+    assert_eq!(
+        std::fs::read(proj.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert!(!exists(&proj.join(".git/hooks/pre-commit")));
+    assert!(!exists(&proj.join(".codex/config.toml")));
+    // Allowed path: ordinary files in the same call and later calls.
+    assert_eq!(
+        std::fs::read_to_string(proj.join("b.txt")).unwrap(),
+        "two\n"
+    );
+    assert_eq!(d.sh(&id, "echo three > c.txt").await.exit_code, 0);
+    // apply_patch too.
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            &serde_json::json!({"input": "*** Begin Patch\n*** Add File: .git/hooks/post-checkout\n+evil\n*** End Patch\n"}).to_string(),
+        )
+        .await;
+    assert!(!ok, "{out}");
+    assert!(!exists(&proj.join(".git/hooks/post-checkout")));
+}
+
+/// Finding 2 (F28): the cwd itself made a git directory (`HEAD` + `objects/` + `refs/`), which
+/// git discovers before any `.git` above. Variants: apply_patch writing `HEAD`; a `.git` file
+/// whose gitdir did not exist yet (F22), created inside another writable root.
+#[tokio::test]
+async fn h2_a_root_cannot_become_a_git_dir_and_a_missing_gitdir_is_guarded() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    let other = base.path().join("other");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    let marker = base.path().join("bare-pwned");
+    let script = format!(
+        "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD && \
+         printf '[core]\\n\\tbare = false\\n\\tworktree = {proj}\\n\\tfsmonitor = \"echo RAN > \
+         {marker}; false\"\\n' > config",
+        proj = proj.display(),
+        marker = marker.display()
+    );
+    // Baseline on the host: git discovers the directory itself as a repository and trusts its
+    // config (whether `git status` then runs the hook depends on the git version).
+    host_sh(&format!("cd '{}' && {script}", proj.display()));
+    assert!(
+        host_git_discovers(&proj),
+        "baseline: the root became a git dir"
+    );
+    host_sh(&format!(
+        "cd '{}' && rm -rf objects refs HEAD config",
+        proj.display()
+    ));
+
+    std::fs::write(
+        proj.join(".git"),
+        format!("gitdir: {}\n", other.join("g/wt").display()),
+    )
+    .unwrap();
+    let id = ww(&d, &proj, &[&other], false).await.unwrap();
+    let r = d.sh(&id, &script).await;
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(
+        r.output.contains(&format!(
+            "protected workspace metadata path {}/HEAD",
+            proj.display()
+        )),
+        "{}",
+        r.output
+    );
+    assert!(!exists(&proj.join("HEAD")));
+    assert!(!host_git_discovers(&proj), "the root became a git dir");
+    assert!(
+        !host_git_runs_hook(&proj, &marker),
+        "the host's git ran the planted config"
+    );
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            &serde_json::json!({"input": "*** Begin Patch\n*** Add File: HEAD\n+ref: refs/heads/main\n*** End Patch\n"}).to_string(),
+        )
+        .await;
+    assert!(!ok, "{out}");
+    assert!(!exists(&proj.join("HEAD")));
+
+    // The gitdir the `.git` file names cannot be created, in another root either.
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "mkdir -p {0}/g/wt/hooks && echo evil > {0}/g/wt/hooks/post-checkout",
+                other.display()
+            ),
+        )
+        .await;
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(!exists(&other.join("g")), "the missing gitdir was created");
+    // Allowed: a project directory named `objects`, files in the other root.
+    let r = d
+        .sh(
+            &id,
+            &format!("mkdir -p objects/pack && echo ok > {}/f", other.display()),
+        )
+        .await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+}
+
+/// Finding 4 (F06–F08): a root nested below another writable root, redirected by renaming its
+/// parent and planting a symlink, then the worker killed so a new one re-resolves the path.
+/// Now: the rename fails inside (the parent is pinned), a host-side swap (as another session or
+/// a danger-full-access call could do) makes the next worker refuse instead of binding the
+/// target, and a new session on the same path gets its own worker for the new inode.
+#[tokio::test]
+async fn h4_a_root_cannot_be_redirected_by_renaming_its_parents() {
+    let d = Daemon::start(&[]).await;
+    let base = tempfile::tempdir_in("/tmp").unwrap();
+    let rtw = base.path();
+    let proj = rtw.join("a/proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    // The attacker's target: a directory outside every root (the victim's home in the notes).
+    let victim = outside();
+    std::fs::create_dir(victim.path().join("proj")).unwrap();
+    let bashrc = victim.path().join("proj/.bashrc");
+    std::fs::write(&bashrc, "safe\n").unwrap();
+
+    let id = ww(&d, &proj, &[], true).await.unwrap();
+    // Inside: the red-team's step 1 fails at the rename.
+    let r = d
+        .sh(
+            &id,
+            &format!("cd {} && mv a a.old; echo rc=$?", rtw.display()),
+        )
+        .await;
+    assert!(
+        r.output.contains("rc=1") && r.output.contains("busy"),
+        "{}",
+        r.output
+    );
+    assert!(proj.is_dir() && !exists(&rtw.join("a.old")));
+
+    // The same swap done outside this sandbox (another session, a danger-full-access call),
+    // then the worker dies: its replacement must not bind the new target.
+    std::fs::rename(rtw.join("a"), rtw.join("a.old")).unwrap();
+    std::os::unix::fs::symlink(victim.path(), rtw.join("a")).unwrap();
+    host_sh(&format!("pkill -KILL -P {} -f __worker", d.pid()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let err = d
+        .tools()
+        .await
+        .shell(api::ShellRequest {
+            session_id: id.clone(),
+            command: vec!["bash".into(), "-c".into(), "echo PWNED >> .bashrc".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("pinned"), "{}", err.message());
+    assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "safe\n");
+    // apply_patch through the same session is refused as well.
+    let err = d
+        .bridge()
+        .await
+        .invoke(api::InvokeRequest {
+            session_id: id.clone(),
+            name: "apply_patch".into(),
+            arguments: serde_json::json!({"input": "*** Begin Patch\n*** Update File: .bashrc\n@@\n-safe\n+PWNED\n*** End Patch\n"}).to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert_eq!(std::fs::read_to_string(&bashrc).unwrap(), "safe\n");
+    // A new session naming the same path resolves it as it is now (the caller sees where), and
+    // gets a worker of its own: the pool key holds the pinned identities.
+    let fresh = d
+        .sessions()
+        .await
+        .open_session(api::OpenSessionRequest {
+            cwd: proj.display().to_string(),
+            mode: SandboxMode::WorkspaceWrite as i32,
+            exclude_slash_tmp: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        fresh.writable_roots,
+        vec![victim.path().join("proj").display().to_string()]
+    );
+}
+
+/// Finding 5 (X01, X03): a FIFO or /dev/zero named `commondir` used to wedge or OOM the root
+/// daemon during OpenSession. Now the path is read by the resolver as the caller, bounded and
+/// non-blocking; the refusal is prompt, and another client's health checks stay fast meanwhile.
+#[tokio::test]
+async fn h5_hostile_pointer_files_cost_the_daemon_nothing() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let (proj, g) = (base.path().join("proj"), base.path().join("g"));
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::create_dir_all(&g).unwrap();
+    nix::unistd::mkfifo(&g.join("commondir"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::fs::write(proj.join(".git"), format!("gitdir: {}\n", g.display())).unwrap();
+    let g2 = base.path().join("g2");
+    let proj2 = base.path().join("proj2");
+    std::fs::create_dir_all(&g2).unwrap();
+    std::fs::create_dir_all(&proj2).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", g2.join("commondir")).unwrap();
+    std::fs::write(proj2.join(".git"), format!("gitdir: {}\n", g2.display())).unwrap();
+
+    // Idle latency of health, then under four concurrent hostile OpenSessions.
+    let health = |d: &Daemon| {
+        let target = d.target().to_string();
+        async move {
+            let ch = corral::client::connect(&target).await.unwrap();
+            let mut c = tonic_health::pb::health_client::HealthClient::new(ch);
+            let mut times = Vec::new();
+            for _ in 0..40 {
+                let t = Instant::now();
+                c.check(tonic_health::pb::HealthCheckRequest::default())
+                    .await
+                    .unwrap();
+                times.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            times.sort();
+            times[times.len() * 99 / 100]
+        }
+    };
+    let idle = health(&d).await;
+    let started = Instant::now();
+    let attacks = futures_util::future::join_all(
+        [&proj, &proj2, &proj, &proj2]
+            .into_iter()
+            .map(|p| ww(&d, p, &[], false)),
+    );
+    let (results, busy) = tokio::join!(attacks, health(&d));
+    for r in &results {
+        let err = r.as_ref().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+        assert!(err.message().contains("commondir"), "{}", err.message());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        busy <= idle * 5 + Duration::from_millis(50),
+        "health p99 {busy:?} under attack vs {idle:?} idle"
+    );
+    // Allowed path: an ordinary worktree pointer still opens.
+    std::fs::remove_file(proj.join(".git")).unwrap();
+    ww(&d, &proj, &[], false).await.unwrap();
+}
+
+/// Finding 8 (F05): a host read-only mount below a writable root used to become writable.
+#[tokio::test]
+async fn h8_read_only_submounts_stay_read_only() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let (proj, data) = (base.path().join("proj"), base.path().join("rodata"));
+    std::fs::create_dir_all(proj.join("romnt")).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("file"), "original\n").unwrap();
+    let mnt = proj.join("romnt");
+    let (code, out) = host_sh(&format!(
+        "mount --bind '{}' '{1}' && mount -o remount,bind,ro '{1}'",
+        data.display(),
+        mnt.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            host_sh(&format!("umount '{}'", self.0.display()));
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    // Baseline: read-only on the host.
+    assert_ne!(host_sh(&format!("echo x > '{}/file'", mnt.display())).0, 0);
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    let r = d
+        .sh(&id, "echo x > romnt/file; echo y > romnt/new; echo ok > f")
+        .await;
+    assert!(r.output.contains("Read-only file system"), "{}", r.output);
+    assert_eq!(
+        std::fs::read_to_string(data.join("file")).unwrap(),
+        "original\n"
+    );
+    assert!(!exists(&data.join("new")));
+    assert_eq!(std::fs::read_to_string(proj.join("f")).unwrap(), "ok\n");
+}
+
+/// Finding 9 (F31): renaming the parent of a worktree's protected gitdir/common dir and
+/// rebuilding it. Now every directory between the root and a protected path is a mount point.
+#[tokio::test]
+async fn h9_parents_of_a_protected_gitdir_cannot_be_renamed() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let src = base.path().join("src");
+    let main = src.join("main");
+    std::fs::create_dir_all(&main).unwrap();
+    let (code, out) = host_sh(&format!(
+        "cd '{}' && git init -q && git -c user.email=t@t -c user.name=t commit -q --allow-empty -m i && git worktree add -q ../wt",
+        main.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    let config_before = std::fs::read(main.join(".git/config")).unwrap();
+    let id = ww(&d, &src.join("wt"), &[&src], false).await.unwrap();
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "mv {0}/main {0}/main.moved; echo rc1=$?; mv {0}/main/.git {0}/main/git.moved; \
+                 echo rc2=$?; mv {0}/main/.git/worktrees {0}/w; echo rc3=$?; echo x >> {0}/main/.git/config",
+                src.display()
+            ),
+        )
+        .await;
+    for rc in ["rc1=1", "rc2=1", "rc3=1"] {
+        assert!(r.output.contains(rc), "{rc}: {}", r.output);
+    }
+    assert!(main.join(".git/config").exists());
+    assert_eq!(
+        std::fs::read(main.join(".git/config")).unwrap(),
+        config_before
+    );
+    // Allowed: ordinary files in the worktree and in the main checkout.
+    let r = d
+        .sh(
+            &id,
+            &format!("echo ok > f && echo ok > {}/g", main.display()),
+        )
+        .await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+}
+
+/// Finding 10 (F32): `roots_under` is checked on the canonical form of every root, from every
+/// source: a symlink inside the allowed tree, `TMPDIR`, and `/tmp` itself.
+#[tokio::test]
+async fn h10_roots_under_holds_for_canonical_roots_from_every_source() {
+    let allowed = outside();
+    let elsewhere = outside();
+    let conf = outside();
+    let conf_file = conf.path().join("corral.toml");
+    std::fs::write(
+        &conf_file,
+        format!(
+            "[policy.users.root]\nroots_under = [\"{}\"]\n",
+            allowed.path().display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&["--config", conf_file.to_str().unwrap()]).await;
+    std::os::unix::fs::symlink(elsewhere.path(), allowed.path().join("link")).unwrap();
+    let inside = allowed.path().join("proj");
+    std::fs::create_dir(&inside).unwrap();
+    // Baseline/allowed: a plain directory under the allowed tree.
+    ww(&d, &inside, &[], false).await.unwrap();
+    // Through a symlink that leads out.
+    let err = ww(&d, &allowed.path().join("link"), &[], false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    // /tmp is a root by default and lies outside.
+    let err = ww(&d, &inside, &[], true).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+    assert!(err.message().contains("/tmp"), "{}", err.message());
+    // TMPDIR outside.
+    let mut env = common::session_env(&inside);
+    env.insert("TMPDIR".into(), elsewhere.path().display().to_string());
+    let err = d
+        .try_open_with(api::OpenSessionRequest {
+            cwd: inside.display().to_string(),
+            mode: SandboxMode::WorkspaceWrite as i32,
+            exclude_slash_tmp: true,
+            env,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
+}
+
+/// H13 (R09): a sandbox cannot take the caller's per-uid inotify instances; H14 (F30): it cannot
+/// open a root to other users.
+#[tokio::test]
+async fn h13_h14_no_inotify_instances_and_roots_stay_private() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::set_permissions(&proj, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    let probe = "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+                 fd = libc.inotify_init1(0); print('fd', fd, 'errno', ctypes.get_errno())";
+    // Baseline on the host.
+    let (_, host) = host_sh(&format!("python3 -c \"{probe}\""));
+    assert!(
+        host.starts_with("fd ") && !host.starts_with("fd -1"),
+        "{host}"
+    );
+    let r = d.sh(&id, &format!("python3 -c \"{probe}\"")).await;
+    assert!(r.output.contains("fd -1 errno 1"), "{}", r.output);
+
+    let r = d.sh(&id, "chmod 0777 .; chmod g+w .; echo ok > f").await;
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(
+        r.output.contains("sandbox blocked making writable root"),
+        "{}",
+        r.output
+    );
+    let mode = std::fs::metadata(&proj).unwrap().mode() & 0o777;
+    assert_eq!(mode & 0o022, 0, "the root is writable by others: {mode:o}");
+    // Allowed: permissions of ordinary files inside the root.
+    let r = d.sh(&id, "chmod 0640 f && stat -c %a f").await;
+    assert_eq!((r.exit_code, r.output.trim()), (0, "640"));
+}
+
+/// H15 (X07–X11): a worker's policy is not in its argv (every local user can read /proc/PID/cmdline).
+#[tokio::test]
+async fn h15_worker_policy_is_not_in_argv() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("secret-project-name");
+    std::fs::create_dir(&proj).unwrap();
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    assert_eq!(d.sh(&id, "true").await.exit_code, 0);
+    let (_, pids) = host_sh(&format!("pgrep -P {} -f __worker", d.pid()));
+    let pids: Vec<&str> = pids.split_whitespace().collect();
+    assert!(!pids.is_empty(), "no worker found");
+    for pid in pids {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline);
+        assert!(!text.contains("secret-project-name"), "{text}");
+        assert!(!text.contains("writable_roots"), "{text}");
+    }
+}
