@@ -127,6 +127,10 @@ pub struct ServeArgs {
     /// non-loopback address needs metrics_public = true in the config file.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Seconds a ShellStream client may leave output unread before its command is cancelled
+    /// (default 30). Hidden: for tests; the default suits every deployment.
+    #[arg(long, value_name = "SECS", hide = true)]
+    pub stream_stall_timeout: Option<f64>,
 }
 
 /// The config file's keys (all optional).
@@ -183,6 +187,8 @@ pub struct Config {
     pub tokens: Vec<TokenConfig>,
     /// Where Prometheus metrics are served, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How long a ShellStream client may stop reading before its call is cancelled.
+    pub stream_stall_timeout: Duration,
 }
 
 impl Config {
@@ -327,7 +333,13 @@ impl Config {
                  the config file to expose metrics beyond this machine"
             ));
         }
+        let stream_stall_timeout = match args.stream_stall_timeout {
+            Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs),
+            Some(_) => return Err("stream_stall_timeout must be a positive number".into()),
+            None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
+        };
         Ok(Config {
+            stream_stall_timeout,
             metrics_listen,
             tls,
             tokens,

@@ -15,3 +15,4 @@ pub mod pool;
 pub mod server;
 pub mod service;
 pub mod sessions;
+pub mod status;
