@@ -110,10 +110,7 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
     let join;
     let wrapper: Vec<&str> = match &cgroup {
         Some(g) => {
-            join = format!(
-                "echo $$ > {}/cgroup.procs; exec \"$@\"",
-                g.0.display()
-            );
+            join = format!("echo $$ > {}/cgroup.procs; exec \"$@\"", g.0.display());
             vec!["sh", "-c", &join, "sh"]
         }
         None => {
@@ -121,7 +118,10 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
             Vec::new()
         }
     };
-    let d = Daemon::start_wrapped(&wrapper, &["--stream-stall-timeout", "14"]).await;
+    let conf_dir = outside();
+    let conf = conf_dir.path().join("corral.toml");
+    std::fs::write(&conf, "stream_stall_timeout = 14\n").unwrap();
+    let d = Daemon::start_wrapped(&wrapper, &["--config", conf.to_str().unwrap()]).await;
     let cwd = scratch();
     let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
     let other_dir = scratch();
@@ -203,7 +203,10 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eprintln!("H6: command killed {:?} after the stall began", stall_start.elapsed());
+    eprintln!(
+        "H6: command killed {:?} after the stall began",
+        stall_start.elapsed()
+    );
 
     // The client that comes back gets what was already in flight, then a clear error.
     let mut bytes = 0usize;
@@ -231,7 +234,10 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
 /// H6 variant: the command's timeout still fires while its output waits for credit.
 #[tokio::test]
 async fn a_stalled_stream_does_not_hold_a_command_past_its_timeout() {
-    let d = Daemon::start(&["--stream-stall-timeout", "600"]).await;
+    let conf_dir = outside();
+    let conf = conf_dir.path().join("corral.toml");
+    std::fs::write(&conf, "stream_stall_timeout = 600\n").unwrap();
+    let d = Daemon::start(&["--config", conf.to_str().unwrap()]).await;
     let cwd = scratch();
     let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
     let marker = format!("{}", 800_000_000_000u64 + u64::from(std::process::id()));
@@ -319,7 +325,10 @@ async fn a_fast_client_gets_every_byte_of_a_50_mb_stream_in_order() {
     let end = end.expect("end event");
     assert_eq!(end.exit_code, 0, "{end:?}");
     assert_eq!(got.len(), expected.len());
-    assert!(got == expected, "the streamed bytes differ from seq's output");
+    assert!(
+        got == expected,
+        "the streamed bytes differ from seq's output"
+    );
 }
 
 const CEILING: &str = "[policy.default]\ntimeout_ceiling_ms = 1500\n";

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::{Code, Request, Response, Status};
 
 /// How long a streaming client may leave the command's output unread before the call is
-/// cancelled (spec/sandbox.md H6); `corral serve --stream-stall-timeout` changes it.
+/// cancelled (spec/sandbox.md H6); the config key `stream_stall_timeout` changes it.
 pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared state of the three services.
@@ -64,7 +64,7 @@ enum Refusal {
 enum Refused {
     Status(Status),
     /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
-    Answered(Reply),
+    Answered(Box<Reply>),
 }
 
 /// A call on its way through the pipeline: what its audit line and metrics need at the end.
@@ -137,11 +137,11 @@ impl CorralService {
                 let text = crate::tools::shell::escalation_refused("Never").message;
                 return Err(match (refusal, call) {
                     (Refusal::ToModel, Call::Invoke(r)) => {
-                        Refused::Answered(Reply::Invoke(api::InvokeResponse {
+                        Refused::Answered(Box::new(Reply::Invoke(api::InvokeResponse {
                             call_id: r.call_id.clone(),
                             output: text,
                             success: false,
-                        }))
+                        })))
                     }
                     _ => Refused::Status(status::escalation_refused(text)),
                 });
@@ -207,7 +207,7 @@ impl CorralService {
             Refused::Answered(reply) => {
                 let len = reply_len(&reply);
                 self.finish(trace, &Outcome::refused(len));
-                Ok(reply)
+                Ok(*reply)
             }
         }
     }
