@@ -16,6 +16,7 @@ use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
 use crate::daemon::status::{self, invalid_field};
 use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -397,8 +398,6 @@ impl tokio_stream::Stream for CallStream {
         }
     }
 }
-
-use std::future::Future;
 
 /// Moves one streamed call's frames from its worker to its [`CallStream`], watches for the
 /// session closing, the worker dying, the client leaving or stalling, and finishes the call
