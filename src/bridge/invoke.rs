@@ -97,10 +97,12 @@ fn shell_command_call(
     }
     let args = ShellCommandArgs::parse(arguments)?;
     let argv = args.argv(&ctx.shell.to_string_lossy(), true)?;
+    // The policy's ceiling binds every command tool alike (the typed Shell RPC refuses more in
+    // the daemon; a model's request is clamped here).
     let req = exec_request(
         argv,
         args.workdir.as_deref(),
-        args.timeout_ms,
+        ctx.clamp_timeout(args.timeout_ms),
         &ctx.exec_context(),
     );
     let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;

@@ -111,44 +111,86 @@ impl Audit {
         }
     }
 
-    /// Records one call.
-    #[allow(clippy::too_many_arguments)]
-    pub fn call(
-        &self,
-        caller: Caller,
-        credential: Option<String>,
-        session: &str,
-        mode: &str,
-        call: &Call,
-        escalated: bool,
-        result: &Result<Reply, tonic::Status>,
-        duration: Duration,
-        bytes_in: usize,
-    ) {
+    /// Records one call as the pipeline finished it.
+    pub fn call(&self, done: &Finished<'_>) {
         if !self.enabled() {
             return;
         }
-        let (tool, targets) = describe(call);
-        let (outcome, exit_code, bytes_out) = match result {
-            Ok(reply) => outcome_of(reply),
-            Err(status) => (code_name(status.code()), None, 0),
-        };
+        let (tool, targets) = describe(done.call);
         self.write(&Record {
             time: rfc3339(SystemTime::now()),
-            uid: caller.uid,
-            pid: caller.pid,
-            credential,
-            session,
+            uid: done.caller.uid,
+            pid: done.caller.pid,
+            credential: done.credential.clone(),
+            session: done.session,
             tool: &tool,
             targets,
-            mode,
-            escalated,
-            outcome,
-            exit_code,
-            duration_ms: duration.as_millis(),
-            bytes_in,
-            bytes_out,
+            mode: done.mode,
+            escalated: done.escalated,
+            outcome: done.outcome.name.clone(),
+            exit_code: done.outcome.exit_code,
+            duration_ms: done.duration.as_millis(),
+            bytes_in: done.bytes_in,
+            bytes_out: done.outcome.bytes_out,
         });
+    }
+}
+
+/// One call as it left the pipeline: what the audit line says.
+pub struct Finished<'a> {
+    pub caller: Caller,
+    /// `token:NAME` or `cert:NAME` for authenticated TCP.
+    pub credential: Option<String>,
+    pub session: &'a str,
+    /// The mode the call ran in (empty if it never reached a session).
+    pub mode: &'a str,
+    pub call: &'a Call,
+    pub escalated: bool,
+    pub outcome: &'a Outcome,
+    pub duration: Duration,
+    pub bytes_in: usize,
+}
+
+/// How a call ended, for the audit line and the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// `ok`, `failed`, `denied`, `timed_out`, `refused` (an escalation the model asked for and
+    /// policy refused, answered to the model), or the gRPC code's name.
+    pub name: String,
+    pub exit_code: Option<i32>,
+    pub bytes_out: usize,
+}
+
+impl Outcome {
+    pub fn of(result: &Result<Reply, tonic::Status>) -> Outcome {
+        match result {
+            Ok(reply) => {
+                let (name, exit_code, bytes_out) = outcome_of(reply);
+                Outcome {
+                    name,
+                    exit_code,
+                    bytes_out,
+                }
+            }
+            Err(status) => Outcome::code(status.code()),
+        }
+    }
+
+    pub fn code(code: tonic::Code) -> Outcome {
+        Outcome {
+            name: code_name(code),
+            exit_code: None,
+            bytes_out: 0,
+        }
+    }
+
+    /// A model's escalation request refused by policy: the refusal text went back as output.
+    pub fn refused(bytes_out: usize) -> Outcome {
+        Outcome {
+            name: "refused".into(),
+            exit_code: None,
+            bytes_out,
+        }
     }
 }
 
@@ -176,6 +218,7 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::Shell(r) => ("shell_command".into(), vec![r.script.clone()]),
         Call::Invoke(r) => (r.name.clone(), invoke_targets(r)),
         Call::Cancel(_) => ("cancel".into(), Vec::new()),
+        Call::Credit(_) => ("credit".into(), Vec::new()),
     }
 }
 
@@ -240,15 +283,7 @@ pub fn call_len(call: &Call) -> usize {
         Call::ApplyPatch(r) => r.encoded_len(),
         Call::Shell(r) => r.encoded_len(),
         Call::Invoke(r) => r.encoded_len(),
-        Call::Cancel(_) => 0,
-    }
-}
-
-/// How a call ended: `ok`, `failed`, `denied`, `timed_out`, or the gRPC code's name.
-pub fn outcome(result: &Result<Reply, tonic::Status>) -> String {
-    match result {
-        Ok(reply) => outcome_of(reply).0,
-        Err(status) => code_name(status.code()),
+        Call::Cancel(_) | Call::Credit(_) => 0,
     }
 }
 

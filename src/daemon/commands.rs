@@ -26,7 +26,7 @@ impl RunningCommands {
         if let Some(rule) = &session.rule
             && *running >= rule.max_concurrent_commands
         {
-            return Err(Status::resource_exhausted(format!(
+            return Err(crate::daemon::status::exhausted(format!(
                 "uid {uid} already runs {running} commands, the most policy rule `{}` allows; \
                  wait for one to finish",
                 rule.name

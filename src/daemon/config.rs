@@ -151,6 +151,9 @@ struct FileConfig {
     tokens: Option<Vec<TokenConfig>>,
     metrics_listen: Option<std::net::SocketAddr>,
     metrics_public: Option<bool>,
+    /// Seconds a ShellStream client may leave output unread before its command is cancelled.
+    /// A config-file key only: a flag would make `ServeArgs` larger than clippy accepts.
+    stream_stall_timeout: Option<u64>,
 }
 
 /// The effective configuration.
@@ -183,6 +186,8 @@ pub struct Config {
     pub tokens: Vec<TokenConfig>,
     /// Where Prometheus metrics are served, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// How long a ShellStream client may stop reading before its call is cancelled.
+    pub stream_stall_timeout: Duration,
 }
 
 impl Config {
@@ -327,7 +332,13 @@ impl Config {
                  the config file to expose metrics beyond this machine"
             ));
         }
+        let stream_stall_timeout = match file.stream_stall_timeout {
+            Some(0) => return Err("stream_stall_timeout must be greater than zero".into()),
+            Some(secs) => Duration::from_secs(secs),
+            None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
+        };
         Ok(Config {
+            stream_stall_timeout,
             metrics_listen,
             tls,
             tokens,

@@ -281,10 +281,7 @@ impl Executor {
                     self.refresh(session, &seen, &what).await?;
                 }
                 (Ok(Reply::Stale(what)), _) => {
-                    return Err(Status::failed_precondition(format!(
-                        "protection of this session's workspace keeps changing ({what}); the \
-                         call was not run"
-                    )));
+                    return Err(crate::daemon::status::protection_unsettled(&what));
                 }
                 (other, _) => return other,
             }

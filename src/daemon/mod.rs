@@ -16,3 +16,4 @@ pub mod resolver;
 pub mod server;
 pub mod service;
 pub mod sessions;
+pub mod status;

@@ -8,6 +8,7 @@
 //! allow_escalation = false
 //! roots_under = []                 # if set: cwd and writable roots must lie under one of these
 //! max_sessions = 64                # open sessions per user
+//! max_workers = 16                 # sandbox workers per user (one per distinct session policy)
 //! timeout_ceiling_ms = 600000      # longest command timeout
 //! max_concurrent_commands = 8      # shell commands running at once, per user
 //! max_processes = 2048             # rlimits of the user's sandboxes (override the profile)
@@ -35,6 +36,8 @@ pub struct RuleConfig {
     pub allow_escalation: Option<bool>,
     pub roots_under: Option<Vec<PathBuf>>,
     pub max_sessions: Option<usize>,
+    /// Sandbox workers (processes) one user's sessions may keep alive at once.
+    pub max_workers: Option<usize>,
     pub timeout_ceiling_ms: Option<u64>,
     /// Shell commands one user may run at once.
     pub max_concurrent_commands: Option<usize>,
@@ -56,6 +59,10 @@ pub struct PolicyConfig {
     pub groups: BTreeMap<String, RuleConfig>,
 }
 
+/// Built-in per-user caps: one user cannot fill the daemon's shared tables (spec H12).
+pub const DEFAULT_MAX_SESSIONS: usize = 64;
+pub const DEFAULT_MAX_WORKERS: usize = 16;
+
 /// The rule that applies to one caller, resolved, with its name for refusals.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -65,6 +72,7 @@ pub struct Rule {
     pub allow_escalation: bool,
     pub roots_under: Vec<PathBuf>,
     pub max_sessions: usize,
+    pub max_workers: usize,
     pub timeout_ceiling_ms: u64,
     pub max_concurrent_commands: usize,
     pub max_processes: Option<u64>,
@@ -98,6 +106,9 @@ impl PolicyConfig {
             if rule.max_sessions == Some(0) {
                 return Err(format!("{name}.max_sessions must be greater than zero"));
             }
+            if rule.max_workers == Some(0) {
+                return Err(format!("{name}.max_workers must be greater than zero"));
+            }
             if rule.timeout_ceiling_ms == Some(0) {
                 return Err(format!(
                     "{name}.timeout_ceiling_ms must be greater than zero"
@@ -129,7 +140,8 @@ impl PolicyConfig {
             }),
             allow_escalation: pick(specific, d, |r| r.allow_escalation).unwrap_or(true),
             roots_under: pick(specific, d, |r| r.roots_under.clone()).unwrap_or_default(),
-            max_sessions: pick(specific, d, |r| r.max_sessions).unwrap_or(usize::MAX),
+            max_sessions: pick(specific, d, |r| r.max_sessions).unwrap_or(DEFAULT_MAX_SESSIONS),
+            max_workers: pick(specific, d, |r| r.max_workers).unwrap_or(DEFAULT_MAX_WORKERS),
             timeout_ceiling_ms: pick(specific, d, |r| r.timeout_ceiling_ms).unwrap_or(u64::MAX),
             max_concurrent_commands: pick(specific, d, |r| r.max_concurrent_commands)
                 .unwrap_or(usize::MAX),
@@ -166,6 +178,18 @@ impl Rule {
             limits.file_size_bytes = n;
         }
         limits
+    }
+
+    /// A session that would start a new worker for `uid`, who already has `live` of them.
+    pub fn check_workers(&self, uid: u32, live: usize) -> Result<(), String> {
+        if live < self.max_workers {
+            return Ok(());
+        }
+        Err(format!(
+            "uid {uid} already has {live} sandbox workers, the most policy rule `{}` allows \
+             (max_workers); close sessions, or reuse the mode, cwd and roots of an open one",
+            self.name
+        ))
     }
 
     pub fn check_mode(&self, mode: Mode) -> Result<(), String> {
@@ -259,6 +283,16 @@ mod tests {
             "{err}"
         );
         assert_eq!(p.rule_for(None, &[]).name, "policy.default");
+    }
+
+    #[test]
+    fn per_user_caps_default_to_the_built_ins() {
+        let r = config("[policy.default]\nmodes = [\"read-only\"]\n").rule_for(None, &[]);
+        assert_eq!((r.max_sessions, r.max_workers), (64, 16));
+        assert!(r.check_workers(7, 15).is_ok());
+        assert!(r.check_workers(7, 16).unwrap_err().contains("max_workers"));
+        let r = config("[policy.users.ci]\nmax_workers = 2\n").rule_for(Some("ci"), &[]);
+        assert_eq!((r.max_sessions, r.max_workers), (64, 2));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! that dies fails only the calls in flight on it.
 
 use crate::api;
+use crate::daemon::status;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::Layer;
 use crate::wire::{
@@ -24,11 +25,24 @@ use tonic::Status;
 /// How long a new worker may take to confine itself and say it is ready.
 const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Call requests waiting to be written to one worker, in bytes. Requests come from clients, so
+/// a worker that reads slowly makes new calls wait here instead of growing the daemon.
+const OUTGOING_BYTES: usize = 16 * 1024 * 1024;
+
+/// Each call's replies. Unbounded, but bounded in fact: a unary call gets one frame, and a
+/// streaming call's output deltas are limited by its flow-control window (credit).
 type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
+
+/// A call request and the share of [`OUTGOING_BYTES`] it holds until written.
+type Outgoing = (Vec<u8>, tokio::sync::OwnedSemaphorePermit);
 
 /// One live worker process.
 pub struct Worker {
-    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    /// Call requests (bounded in bytes by `outgoing_budget`).
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    outgoing_budget: Arc<tokio::sync::Semaphore>,
+    /// Cancels and credits: tiny, never wait behind call requests, and must not be lost.
+    control: mpsc::UnboundedSender<Vec<u8>>,
     pending: Pending,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
@@ -99,26 +113,19 @@ impl Worker {
                 ..
             }))) => {
                 let _ = child.wait().await;
-                return Err(Status::new(
-                    tonic::Code::from(f.code),
-                    setup_message(&f.message),
-                ));
+                return Err(status::tool_failure(f));
             }
             Ok(Ok(_)) | Ok(Err(_)) => {
-                let status = child
+                let exit = child
                     .wait()
                     .await
                     .map(|s| s.to_string())
                     .unwrap_or_default();
-                return Err(Status::internal(format!(
-                    "the sandbox worker exited during setup ({status}); see the daemon log"
-                )));
+                return Err(status::worker_setup_exited(&exit));
             }
             Err(_) => {
                 let _ = child.kill().await;
-                return Err(Status::internal(
-                    "the sandbox worker did not become ready within 20 s; see the daemon log",
-                ));
+                return Err(status::worker_not_ready(WORKER_READY_TIMEOUT.as_secs()));
             }
         };
 
@@ -126,10 +133,18 @@ impl Worker {
         metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
-        let (outgoing, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (outgoing, mut calls_rx) = mpsc::unbounded_channel::<Outgoing>();
+        let (control, mut control_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            while let Some(bytes) = rx.recv().await {
+            loop {
+                // Control frames first: a cancel must not wait behind queued calls.
+                let bytes = tokio::select! {
+                    biased;
+                    Some(bytes) = control_rx.recv() => bytes,
+                    Some((bytes, _permit)) = calls_rx.recv() => bytes,
+                    else => break,
+                };
                 if write_half.write_all(&bytes).await.is_err() {
                     break;
                 }
@@ -163,6 +178,8 @@ impl Worker {
         }
         Ok(Arc::new(Worker {
             outgoing,
+            outgoing_budget: Arc::new(tokio::sync::Semaphore::new(OUTGOING_BYTES)),
+            control,
             pending,
             next_id: AtomicU64::new(1),
             dead,
@@ -180,44 +197,62 @@ impl Worker {
     }
 
     /// Sends a call; replies arrive on the returned receiver (several for a streaming call, the
-    /// final one has `last`). Dropping the returned guard before the end cancels the call.
-    pub fn start(
+    /// final one has `last`). Dropping the returned handle before the end cancels the call. A
+    /// streaming call's output deltas stop once a window of them is unacknowledged: grant
+    /// credit with [`CallHandle::credit`] as they are passed on.
+    pub async fn start(
         &self,
         context: CallContext,
         call: Call,
         stream: bool,
     ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), Status> {
         if self.is_dead() {
-            return Err(worker_died());
+            return Err(status::worker_died());
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
         let req = WorkerRequest {
             id,
             context: Some(context),
             call: Some(call),
             stream,
         };
+        let bytes = frame::encode(&req);
+        let share = u32::try_from(bytes.len().min(OUTGOING_BYTES)).unwrap_or(u32::MAX);
+        let permit = self
+            .outgoing_budget
+            .clone()
+            .acquire_many_owned(share)
+            .await
+            .map_err(|_| status::worker_died())?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        // The reader clears the table when the worker dies; an entry added after that would
+        // never see its sender dropped.
+        if self.is_dead() {
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            return Err(status::worker_died());
+        }
+        // From here on the handle exists, so a failure or a dropped future cancels the call.
+        let handle = CallHandle {
+            id,
+            control: self.control.clone(),
+            finished: false,
+        };
         self.outgoing
-            .send(frame::encode(&req))
-            .map_err(|_| worker_died())?;
-        Ok((
-            CallHandle {
-                id,
-                outgoing: self.outgoing.clone(),
-                finished: false,
-            },
-            rx,
-        ))
+            .send((bytes, permit))
+            .map_err(|_| status::worker_died())?;
+        Ok((handle, rx))
     }
 
     /// Runs a unary call to completion.
     pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
-        let (mut handle, mut rx) = self.start(context, call, false)?;
+        let (mut handle, mut rx) = self.start(context, call, false).await?;
         match rx.recv().await {
             Some(WorkerReply {
                 result: Some(result),
@@ -229,27 +264,9 @@ impl Worker {
             Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
             None => {
                 handle.done();
-                Err(worker_died())
+                Err(status::worker_died())
             }
         }
-    }
-}
-
-fn worker_died() -> Status {
-    Status::unavailable(
-        "the sandbox worker serving this session exited while the call was in flight; the call \
-         was lost. A new worker is started on the next call; retry it",
-    )
-}
-
-/// The client-facing text of a setup failure: `sandbox unavailable: {layer} could not be
-/// applied: {cause}. {fix}` (spec/sandbox.md §6).
-fn setup_message(message: &str) -> String {
-    match message.strip_prefix(crate::sandbox::error::SETUP_FAILED_PREFIX) {
-        Some(rest) if rest.contains(" could not be applied: ") => {
-            format!("sandbox unavailable: {rest}")
-        }
-        _ => message.to_string(),
     }
 }
 
@@ -257,7 +274,7 @@ fn setup_message(message: &str) -> String {
 /// its process tree).
 pub struct CallHandle {
     id: u64,
-    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    control: mpsc::UnboundedSender<Vec<u8>>,
     finished: bool,
 }
 
@@ -265,6 +282,14 @@ impl CallHandle {
     /// The call ended: nothing to cancel on drop.
     pub fn done(&mut self) {
         self.finished = true;
+    }
+
+    /// Something that returns flow-control credit to this call's worker.
+    pub fn credits(&self) -> Credits {
+        Credits {
+            id: self.id,
+            control: self.control.clone(),
+        }
     }
 }
 
@@ -277,8 +302,31 @@ impl Drop for CallHandle {
                 call: Some(Call::Cancel(self.id)),
                 stream: false,
             };
-            let _ = self.outgoing.send(frame::encode(&cancel));
+            let _ = self.control.send(frame::encode(&cancel));
         }
+    }
+}
+
+/// Returns window to one streaming call (see `STREAM_WINDOW_BYTES` in the worker).
+#[derive(Clone)]
+pub struct Credits {
+    id: u64,
+    control: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Credits {
+    /// `bytes` of the call's output deltas left the daemon's hands (towards the client).
+    pub fn grant(&self, bytes: u64) {
+        let credit = WorkerRequest {
+            id: 0,
+            context: None,
+            call: Some(Call::Credit(crate::wire::Credit {
+                call: self.id,
+                bytes,
+            })),
+            stream: false,
+        };
+        let _ = self.control.send(frame::encode(&credit));
     }
 }
 
@@ -389,5 +437,26 @@ impl WorkerPool {
             degraded: self.degraded.clone(),
         })
         .await
+    }
+
+    // Added for the per-user worker cap (H12, policy `max_workers`); keep when rewriting.
+    /// Live workers running as `uid` (a worker without an identity runs as the daemon's uid),
+    /// and whether `policy` already has one (opening a session for it spawns nothing new).
+    pub async fn workers_of(&self, uid: u32, policy: &SandboxPolicy) -> (usize, bool) {
+        let daemon_uid = nix::unistd::geteuid().as_raw();
+        let table = self.table();
+        // A slot whose worker is being started right now counts: it will be live.
+        let live = |e: &PoolEntry| {
+            e.worker
+                .try_lock()
+                .map(|w| w.as_ref().is_some_and(|w| !w.is_dead()))
+                .unwrap_or(true)
+        };
+        let count = table
+            .iter()
+            .filter(|(p, e)| live(e) && p.identity.as_ref().map_or(daemon_uid, |i| i.uid) == uid)
+            .count();
+        let exists = table.get(policy).is_some_and(live);
+        (count, exists)
     }
 }

@@ -73,6 +73,7 @@ pub async fn serve(
         })),
         policy: policy.clone(),
         running: Default::default(),
+        stream_stall_timeout: config.stream_stall_timeout,
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

@@ -1,18 +1,33 @@
-//! The gRPC services: Sessions, Tools and Bridge. Each handler resolves the session, runs the
-//! call through the executor, and maps failures to status codes.
+//! The gRPC services: Sessions, Tools and Bridge. Every tool call — typed, streamed or through
+//! the bridge — takes one pipeline: resolve the session → policy checks (escalation, timeout
+//! ceiling, running-command slot) → the worker → metrics and audit on every outcome, refusals
+//! included. Status codes come from `status.rs`.
 
 use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_server::Tools};
 use crate::bridge::{self, ToolFormat};
-use crate::daemon::audit::{self, Audit};
+use crate::daemon::audit::{self, Audit, Finished, Outcome};
+use crate::daemon::commands::Slot;
 use crate::daemon::executor::Executor;
 use crate::daemon::identity::{Authenticator, Caller, RootCallers, worker_identity};
-use crate::daemon::inflight::InFlight;
+use crate::daemon::inflight::{CallGuard, InFlight};
 use crate::daemon::policy::{PolicyConfig, Rule, names_of};
+use crate::daemon::pool::{CallHandle, Credits};
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
-use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
-use std::sync::Arc;
+use crate::daemon::status::{self, invalid_field};
+use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
+use prost::Message;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
 use tonic::{Code, Request, Response, Status};
-use tonic_types::{ErrorDetails, StatusExt};
+
+/// How long a streaming client may leave the command's output unread before the call is
+/// cancelled (spec/sandbox.md H6); the config key `stream_stall_timeout` changes it.
+pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared state of the three services.
 #[derive(Clone)]
@@ -34,6 +49,45 @@ pub struct CorralService {
     pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
     pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
+    /// How long a ShellStream client may stop reading before its call is cancelled.
+    pub stream_stall_timeout: Duration,
+}
+
+/// How a refused escalation is answered: the typed RPCs fail with PERMISSION_DENIED; a model's
+/// call through Invoke gets Codex's refusal text as its output.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    Status,
+    ToModel,
+}
+
+/// A call the pipeline refused before it reached a worker.
+enum Refused {
+    Status(Status),
+    /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
+    Answered(Box<Reply>),
+}
+
+/// A call on its way through the pipeline: what its audit line and metrics need at the end.
+struct Trace {
+    caller: Caller,
+    session_id: String,
+    tool: String,
+    /// A copy of the call for the audit line (only when the audit log is on).
+    described: Option<Call>,
+    bytes_in: usize,
+    started: Instant,
+    mode: String,
+    escalated: bool,
+    _in_flight: CallGuard,
+}
+
+/// What the policy checks granted: the session, whether the call runs escalated, and the
+/// running-command slot it holds until it ends.
+struct Admitted {
+    session: Arc<Session>,
+    escalated: bool,
+    _slot: Option<Slot>,
 }
 
 impl CorralService {
@@ -46,101 +100,450 @@ impl CorralService {
         self.sessions
             .get(id)
             .filter(|s| s.owner_uid == caller.uid)
-            .ok_or_else(|| {
-                Status::not_found(format!(
-                    "session `{id}` not found: it was never opened, was closed, or expired after \
-                 being idle; open a new one with OpenSession"
-                ))
-            })
+            .ok_or_else(|| status::session_not_found(id))
     }
 
-    async fn run(&self, caller: Caller, session_id: &str, call: Call) -> Result<Reply, Status> {
-        self.run_as(caller, session_id, call, false).await
+    fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
+        Trace {
+            _in_flight: self.in_flight.enter(),
+            caller,
+            session_id: session_id.to_string(),
+            tool: audit::describe(call).0,
+            described: self.audit.enabled().then(|| call.clone()),
+            bytes_in: audit::call_len(call),
+            started: Instant::now(),
+            mode: String::new(),
+            escalated: false,
+        }
     }
 
-    async fn run_as(
+    /// The policy checks every call passes before it reaches a worker. The timeout ceiling has
+    /// one rule: a typed Shell/ShellStream call that asks for more is refused here (naming the
+    /// rule); a model's call (Invoke: shell, container.exec, shell_command) is clamped to the
+    /// ceiling in the worker, which gets it with every call (`CallContext`), as does a typed
+    /// call that names no timeout.
+    fn admit(
+        &self,
+        trace: &mut Trace,
+        call: &Call,
+        asks_escalation: bool,
+        refusal: Refusal,
+    ) -> Result<Admitted, Refused> {
+        let session = self
+            .session(&trace.session_id, trace.caller)
+            .map_err(Refused::Status)?;
+        trace.mode = session.mode.as_str().to_string();
+        let escalated = if asks_escalation {
+            if !self.may_escalate(trace.caller) {
+                let text = crate::tools::shell::escalation_refused("Never").message;
+                return Err(match (refusal, call) {
+                    (Refusal::ToModel, Call::Invoke(r)) => {
+                        Refused::Answered(Box::new(Reply::Invoke(api::InvokeResponse {
+                            call_id: r.call_id.clone(),
+                            output: text,
+                            success: false,
+                        })))
+                    }
+                    _ => Refused::Status(status::escalation_refused(text)),
+                });
+            }
+            true
+        } else {
+            false
+        };
+        if let (Call::Shell(req), Some(rule)) = (call, &session.rule) {
+            let ceiling = session.timeout_ceiling_ms();
+            if let Some(t) = req.timeout_ms.filter(|t| *t > ceiling) {
+                return Err(Refused::Status(status::timeout_over_ceiling(
+                    t, ceiling, &rule.name,
+                )));
+            }
+        }
+        let is_shell = matches!(call, Call::Shell(_))
+            || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name));
+        let slot = if is_shell {
+            Some(self.running.start(&session).map_err(Refused::Status)?)
+        } else {
+            None
+        };
+        if escalated {
+            trace.mode = crate::sandbox::policy::Mode::DangerFullAccess
+                .as_str()
+                .to_string();
+        }
+        trace.escalated = escalated;
+        Ok(Admitted {
+            session,
+            escalated,
+            _slot: slot,
+        })
+    }
+
+    /// The end of every call: metrics and the audit line.
+    fn finish(&self, trace: Trace, outcome: &Outcome) {
+        let elapsed = trace.started.elapsed();
+        crate::daemon::metrics::call(&trace.tool, &outcome.name, elapsed);
+        if let Some(call) = &trace.described {
+            self.audit.call(&Finished {
+                caller: trace.caller,
+                credential: trace.caller.credential.and_then(|i| self.auth.name(i)),
+                session: &trace.session_id,
+                mode: &trace.mode,
+                call,
+                escalated: trace.escalated,
+                outcome,
+                duration: elapsed,
+                bytes_in: trace.bytes_in,
+            });
+        }
+    }
+
+    /// A refusal ends the call here, audited and counted like any other outcome.
+    fn refuse(&self, trace: Trace, refused: Refused) -> Result<Reply, Status> {
+        match refused {
+            Refused::Status(s) => {
+                self.finish(trace, &Outcome::code(s.code()));
+                Err(s)
+            }
+            Refused::Answered(reply) => {
+                let len = reply_len(&reply);
+                self.finish(trace, &Outcome::refused(len));
+                Ok(*reply)
+            }
+        }
+    }
+
+    /// The pipeline for a unary call (every typed RPC but ShellStream, and Invoke).
+    async fn run(
         &self,
         caller: Caller,
         session_id: &str,
         call: Call,
-        escalated: bool,
+        asks_escalation: bool,
+        refusal: Refusal,
     ) -> Result<Reply, Status> {
-        let _call = self.in_flight.enter();
-        let session = self.session(session_id, caller)?;
-        let started = std::time::Instant::now();
-        let bytes_in = audit::call_len(&call);
-        let described = self.audit_wanted().then(|| call.clone());
-        let (tool, _) = audit::describe(&call);
-        let is_shell = matches!(call, Call::Shell(_))
-            || matches!(&call, Call::Invoke(r) if bridge::is_shell_tool(&r.name));
-        let _slot = if is_shell {
-            Some(self.running.start(&session)?)
-        } else {
-            None
+        let mut trace = self.trace(caller, session_id, &call);
+        let admitted = match self.admit(&mut trace, &call, asks_escalation, refusal) {
+            Ok(a) => a,
+            Err(refused) => return self.refuse(trace, refused),
         };
-        let result = self.executor.call(&session, call, escalated).await;
+        let result = self
+            .executor
+            .call(&admitted.session, call, admitted.escalated)
+            .await;
         let result = match result {
-            Ok(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
+            Ok(Reply::Failure(f)) => Err(status::tool_failure(f)),
             other => other,
         };
-        crate::daemon::metrics::call(&tool, &audit::outcome(&result), started.elapsed());
-        if let Some(call) = described {
-            let mode = if escalated {
-                "danger-full-access"
-            } else {
-                session.mode.as_str()
-            };
-            let credential = caller.credential.and_then(|i| self.auth.name(i));
-            self.audit.call(
-                caller,
-                credential,
-                session_id,
-                mode,
-                &call,
-                escalated,
-                &result,
-                started.elapsed(),
-                bytes_in,
-            );
-        }
+        self.finish(trace, &Outcome::of(&result));
         result
     }
-}
 
-/// INVALID_ARGUMENT with a google.rpc.BadRequest naming the field.
-fn invalid_field(field: &str, message: &str) -> Status {
-    Status::with_error_details(
-        Code::InvalidArgument,
-        message,
-        ErrorDetails::with_bad_request_violation(field, message),
-    )
-}
-
-/// Codex's refusal of an escalation request under the `never` approval policy (corral's
-/// default; spec/tools.md §6.1).
-fn escalation_refused() -> String {
-    crate::tools::shell::escalation_refused("Never").message
-}
-
-/// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
-fn asks_for_escalation(name: &str, arguments: &str) -> bool {
-    if !bridge::is_shell_tool(name) {
-        return false;
+    /// The pipeline for a streamed shell call: the same checks, then the command's events
+    /// flow to the client under credit-based flow control (see [`CallStream`]).
+    async fn run_stream(
+        &self,
+        caller: Caller,
+        req: api::ShellRequest,
+    ) -> Result<CallStream, Status> {
+        let asks_escalation = req.with_escalated_permissions;
+        let session_id = req.session_id.clone();
+        let call = Call::Shell(req);
+        let mut trace = self.trace(caller, &session_id, &call);
+        let admitted = match self.admit(&mut trace, &call, asks_escalation, Refusal::Status) {
+            Ok(a) => a,
+            // Only Invoke answers a refusal to the model; a stream never gets here with a reply.
+            Err(refused) => {
+                return Err(match self.refuse(trace, refused) {
+                    Ok(reply) => status::unexpected_reply(reply),
+                    Err(s) => s,
+                });
+            }
+        };
+        let started = async {
+            // The worker checks its protection before running anything: a stale one answers
+            // `Stale` as its first frame, and the session moves to a worker built for the
+            // workspace as it is now (once), like a unary call (executor::call).
+            for attempt in 0..2 {
+                let seen = admitted.session.current_policy();
+                let worker = self
+                    .executor
+                    .worker_for(&admitted.session, admitted.escalated)
+                    .await?;
+                let (mut handle, mut replies) = worker
+                    .start(
+                        crate::daemon::executor::context_of(&admitted.session),
+                        call.clone(),
+                        true,
+                    )
+                    .await?;
+                let first = replies.recv().await;
+                if let Some(WorkerReply {
+                    result: Some(Reply::Stale(what)),
+                    ..
+                }) = &first
+                {
+                    handle.done();
+                    match seen {
+                        Some(seen) if attempt == 0 && !admitted.escalated => {
+                            self.executor
+                                .refresh(&admitted.session, &seen, what)
+                                .await?;
+                            continue;
+                        }
+                        _ => return Err(status::protection_unsettled(what)),
+                    }
+                }
+                return Ok((handle, replies, first));
+            }
+            Err(status::protection_unsettled("no worker matched"))
+        }
+        .await;
+        let (handle, replies, first) = match started {
+            Ok(started) => started,
+            Err(s) => {
+                self.finish(trace, &Outcome::code(s.code()));
+                return Err(s);
+            }
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (abort_tx, abort_rx) = oneshot::channel();
+        let progress = Arc::new(Progress::default());
+        let stream = CallStream {
+            rx,
+            abort: Some(abort_rx),
+            credits: handle.credits(),
+            progress: progress.clone(),
+            ended: false,
+        };
+        let pump = Pump {
+            service: self.clone(),
+            trace,
+            admitted,
+            handle,
+            first,
+            replies,
+            tx,
+            abort: Some(abort_tx),
+            progress,
+        };
+        tokio::spawn(pump.run());
+        Ok(stream)
     }
-    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
-        return false;
-    };
-    args.get("sandbox_permissions").and_then(|v| v.as_str()) == Some("require_escalated")
-        || args
-            .get("with_escalated_permissions")
-            .and_then(|v| v.as_bool())
-            == Some(true)
 }
 
-fn unexpected(reply: Reply) -> Status {
-    Status::internal(format!(
-        "worker answered with an unexpected reply: {reply:?}"
-    ))
+/// The encoded size of a reply (the audit's bytes out).
+fn reply_len(reply: &Reply) -> usize {
+    match reply {
+        Reply::Invoke(r) => r.encoded_len(),
+        _ => 0,
+    }
+}
+
+/// Where a streamed call's client is: events handed to the stream and not yet taken by the
+/// transport, and since when it has made no progress.
+#[derive(Default)]
+struct Progress {
+    state: Mutex<(usize, Option<Instant>)>,
+    /// Delta bytes taken by the transport (credited back to the worker).
+    credited: AtomicU64,
+}
+
+impl Progress {
+    fn pushed(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.0 == 0 {
+            s.1 = Some(Instant::now());
+        }
+        s.0 += 1;
+    }
+
+    fn pulled(&self, delta_bytes: u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = s.0.saturating_sub(1);
+        s.1 = Some(Instant::now());
+        self.credited.fetch_add(delta_bytes, Ordering::Relaxed);
+    }
+
+    /// Events are waiting and the client has taken none of them for `budget`.
+    fn stalled(&self, budget: Duration) -> bool {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 > 0 && s.1.is_some_and(|t| t.elapsed() >= budget)
+    }
+}
+
+fn delta_len(event: &api::ShellStreamEvent) -> u64 {
+    match &event.event {
+        Some(api::shell_stream_event::Event::Delta(d)) => d.data.len() as u64,
+        _ => 0,
+    }
+}
+
+type StreamItem = Result<api::ShellStreamEvent, Status>;
+
+/// The response stream of ShellStream. Credit goes back to the worker only when the transport
+/// takes an event, so the daemon holds at most the worker's window of a call's output however
+/// slowly the client reads; a stall past the budget ends the stream with the pump's status.
+struct CallStream {
+    rx: mpsc::UnboundedReceiver<StreamItem>,
+    abort: Option<oneshot::Receiver<Status>>,
+    credits: Credits,
+    progress: Arc<Progress>,
+    ended: bool,
+}
+
+impl tokio_stream::Stream for CallStream {
+    type Item = StreamItem;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        // An abort jumps the queue: the events still waiting belong to a cancelled call.
+        if let Some(abort) = &mut this.abort {
+            match Pin::new(abort).poll(cx) {
+                Poll::Ready(Ok(status)) => {
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(status)));
+                }
+                Poll::Ready(Err(_)) => this.abort = None,
+                Poll::Pending => {}
+            }
+        }
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(item)) => {
+                let bytes = item.as_ref().map(delta_len).unwrap_or(0);
+                this.progress.pulled(bytes);
+                if bytes > 0 {
+                    this.credits.grant(bytes);
+                }
+                Poll::Ready(Some(item))
+            }
+            other => other,
+        }
+    }
+}
+
+/// Moves one streamed call's frames from its worker to its [`CallStream`], watches for the
+/// session closing, the worker dying, the client leaving or stalling, and finishes the call
+/// (metrics, one audit line with the bytes streamed) however it ends.
+struct Pump {
+    service: CorralService,
+    trace: Trace,
+    admitted: Admitted,
+    handle: CallHandle,
+    /// The first frame, already read while checking the worker was not stale (`None` when the
+    /// worker went away before sending one).
+    first: Option<WorkerReply>,
+    replies: mpsc::UnboundedReceiver<WorkerReply>,
+    tx: mpsc::UnboundedSender<StreamItem>,
+    abort: Option<oneshot::Sender<Status>>,
+    progress: Arc<Progress>,
+}
+
+impl Pump {
+    async fn run(mut self) {
+        let outcome = self.forward().await;
+        // Unless the call ended, dropping the handle cancels it: the worker kills its tree.
+        drop(self.handle);
+        drop(self.admitted);
+        self.service.finish(self.trace, &outcome);
+    }
+
+    fn abort(&mut self, status: Status) -> Outcome {
+        let outcome = Outcome::code(status.code());
+        if let Some(tx) = self.abort.take() {
+            let _ = tx.send(status);
+        }
+        outcome
+    }
+
+    async fn forward(&mut self) -> Outcome {
+        let budget = self.service.stream_stall_timeout;
+        let mut tick = tokio::time::interval(
+            (budget / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let closed = self.admitted.session.closed.clone();
+        let mut received: u64 = 0;
+        let mut bytes_out: usize = 0;
+        // The first frame was read already (a `None` there is a worker that died).
+        let mut first = Some(self.first.take());
+        loop {
+            let frame = if let Some(frame) = first.take() {
+                frame
+            } else {
+                tokio::select! {
+                frame = self.replies.recv() => frame,
+                _ = closed.cancelled() => {
+                    let s = status::session_closed();
+                    let outcome = Outcome::code(s.code());
+                    let _ = self.tx.send(Err(s));
+                    return outcome;
+                }
+                // The client went away.
+                _ = self.tx.closed() => return Outcome::code(Code::Cancelled),
+                _ = tick.tick() => {
+                    if self.progress.stalled(budget) {
+                        tracing::info!(session = %self.trace.session_id, "stream client stalled; cancelling its command");
+                        return self.abort(status::stream_stalled(budget));
+                    }
+                    // The worker honours its window; a daemon never trusts that with memory.
+                    let credited = self.progress.credited.load(Ordering::Relaxed);
+                    let unacked = received.saturating_sub(credited);
+                    if unacked > 2 * crate::worker::serve::STREAM_WINDOW_BYTES {
+                        return self.abort(status::window_exceeded(unacked));
+                    }
+                    continue;
+                }
+                }
+            };
+            let Some(frame) = frame else {
+                self.handle.done();
+                let s = status::worker_died();
+                let outcome = Outcome::code(s.code());
+                let _ = self.tx.send(Err(s));
+                return outcome;
+            };
+            let mut end = None;
+            let item = match frame.result {
+                Some(Reply::ShellEvent(mut ev)) => {
+                    match &mut ev.event {
+                        Some(api::shell_stream_event::Event::End(resp)) => {
+                            resp.escalated = self.admitted.escalated;
+                            bytes_out += resp.encoded_len();
+                            end = Some(Outcome::of(&Ok(Reply::Shell(resp.clone()))));
+                        }
+                        Some(api::shell_stream_event::Event::Delta(d)) => {
+                            received += d.data.len() as u64;
+                            bytes_out += d.data.len();
+                        }
+                        _ => {}
+                    }
+                    Ok(ev)
+                }
+                Some(Reply::Failure(f)) => Err(status::tool_failure(f)),
+                other => Err(status::unexpected_reply(other)),
+            };
+            let outcome = match &item {
+                Err(s) => Some(Outcome::code(s.code())),
+                Ok(_) => end,
+            };
+            if frame.last {
+                self.handle.done();
+            }
+            self.progress.pushed();
+            if self.tx.send(item).is_err() {
+                return Outcome::code(Code::Cancelled);
+            }
+            if frame.last {
+                let mut outcome = outcome.unwrap_or_else(|| Outcome::code(Code::Internal));
+                outcome.bytes_out = bytes_out;
+                return outcome;
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -199,6 +602,8 @@ impl Sessions for CorralService {
         if self.sessions.len() >= self.sessions.max_sessions() {
             return Err(full(self.sessions.max_sessions()));
         }
+        self.check_worker_cap(caller.uid, session.rule.as_ref(), &policy)
+            .await?;
         self.executor.open(&policy).await?;
         session.policy = Some(policy.clone());
         let session = match self.sessions.insert(session) {
@@ -263,12 +668,13 @@ impl Tools for CorralService {
     ) -> Result<Response<api::ReadFileResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
+        let id = req.session_id.clone();
         match self
-            .run(caller, &req.session_id.clone(), Call::ReadFile(req))
+            .run(caller, &id, Call::ReadFile(req), false, Refusal::Status)
             .await?
         {
             Reply::ReadFile(r) => Ok(Response::new(r)),
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 
@@ -278,12 +684,13 @@ impl Tools for CorralService {
     ) -> Result<Response<api::ListDirResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
+        let id = req.session_id.clone();
         match self
-            .run(caller, &req.session_id.clone(), Call::ListDir(req))
+            .run(caller, &id, Call::ListDir(req), false, Refusal::Status)
             .await?
         {
             Reply::ListDir(r) => Ok(Response::new(r)),
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 
@@ -293,12 +700,13 @@ impl Tools for CorralService {
     ) -> Result<Response<api::GrepFilesResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
+        let id = req.session_id.clone();
         match self
-            .run(caller, &req.session_id.clone(), Call::GrepFiles(req))
+            .run(caller, &id, Call::GrepFiles(req), false, Refusal::Status)
             .await?
         {
             Reply::GrepFiles(r) => Ok(Response::new(r)),
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 
@@ -308,12 +716,13 @@ impl Tools for CorralService {
     ) -> Result<Response<api::ApplyPatchResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
+        let id = req.session_id.clone();
         match self
-            .run(caller, &req.session_id.clone(), Call::ApplyPatch(req))
+            .run(caller, &id, Call::ApplyPatch(req), false, Refusal::Status)
             .await?
         {
             Reply::ApplyPatch(r) => Ok(Response::new(r)),
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 
@@ -323,119 +732,47 @@ impl Tools for CorralService {
     ) -> Result<Response<api::ShellResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
-        let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
-        self.check_timeout(caller, &req)?;
+        let id = req.session_id.clone();
+        let escalate = req.with_escalated_permissions;
         match self
-            .run_as(caller, &req.session_id.clone(), Call::Shell(req), escalated)
+            .run(caller, &id, Call::Shell(req), escalate, Refusal::Status)
             .await?
         {
             Reply::Shell(mut r) => {
-                r.escalated = escalated;
+                r.escalated = escalate;
                 Ok(Response::new(r))
             }
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 
-    type ShellStreamStream = std::pin::Pin<
-        Box<dyn tokio_stream::Stream<Item = Result<api::ShellStreamEvent, Status>> + Send>,
-    >;
+    type ShellStreamStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<api::ShellStreamEvent, Status>> + Send>>;
 
     async fn shell_stream(
         &self,
         request: Request<api::ShellRequest>,
     ) -> Result<Response<Self::ShellStreamStream>, Status> {
         let caller = self.auth.caller_of(&request)?;
-        let req = request.into_inner();
-        let escalated = self.check_escalation(caller, req.with_escalated_permissions)?;
-        let guard = self.in_flight.enter();
-        let session = self.session(&req.session_id, caller)?;
-        let slot = self.running.start(&session)?;
-        let worker = self.executor.worker_for(&session, escalated).await?;
-        let (mut handle, mut replies) = worker.start(
-            crate::daemon::executor::context_of(&session),
-            Call::Shell(req),
-            true,
-        )?;
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let closed = session.closed.clone();
-        tokio::spawn(async move {
-            let _guard = guard;
-            let _slot = slot;
-            loop {
-                let next = tokio::select! {
-                    frame = replies.recv() => frame,
-                    // The session closed: stop the command (dropping `handle` cancels it).
-                    _ = closed.cancelled() => {
-                        let _ = tx.send(Err(Status::cancelled(
-                            "the session was closed while the command was running",
-                        ))).await;
-                        return;
-                    }
-                    // The client went away: returning drops `handle`, which cancels the
-                    // command and kills its process tree.
-                    _ = tx.closed() => return,
-                };
-                let Some(frame) = next else {
-                    let _ = tx
-                        .send(Err(Status::unavailable(
-                            "the sandbox worker exited while the command was running",
-                        )))
-                        .await;
-                    handle.done();
-                    return;
-                };
-                let item = match frame.result {
-                    Some(Reply::ShellEvent(mut ev)) => {
-                        if let Some(api::shell_stream_event::Event::End(end)) = &mut ev.event {
-                            end.escalated = escalated;
-                        }
-                        Ok(ev)
-                    }
-                    Some(Reply::Failure(f)) => Err(Status::new(Code::from(f.code), f.message)),
-                    other => Err(Status::internal(format!(
-                        "unexpected worker frame: {other:?}"
-                    ))),
-                };
-                let end = frame.last;
-                if end {
-                    handle.done();
-                }
-                // A client that went away drops the stream; dropping `handle` early then
-                // cancels the command and kills its process tree.
-                if tx.send(item).await.is_err() || end {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        let stream = self.run_stream(caller, request.into_inner()).await?;
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
 impl CorralService {
-    /// An escalated call runs only if the operator allows it (PERMISSION_DENIED otherwise);
-    /// a confined root caller never escalates.
-    fn check_escalation(&self, caller: Caller, requested: bool) -> Result<bool, Status> {
-        match (requested, self.may_escalate(caller)) {
-            (false, _) => Ok(false),
-            (true, true) => Ok(true),
-            (true, false) => Err(Status::permission_denied(escalation_refused())),
+    /// A session that needs a new worker must stay within its owner's `max_workers`.
+    async fn check_worker_cap(
+        &self,
+        uid: u32,
+        rule: Option<&Rule>,
+        policy: &crate::sandbox::policy::SandboxPolicy,
+    ) -> Result<(), Status> {
+        let Some(rule) = rule else { return Ok(()) };
+        let (live, exists) = self.executor.pool().workers_of(uid, policy).await;
+        if exists {
+            return Ok(());
         }
-    }
-
-    /// A typed Shell call may not ask for more time than the caller's policy allows.
-    fn check_timeout(&self, caller: Caller, req: &api::ShellRequest) -> Result<(), Status> {
-        let session = self.session(&req.session_id, caller)?;
-        let ceiling = session.timeout_ceiling_ms();
-        match (req.timeout_ms, &session.rule) {
-            (Some(t), Some(rule)) if t > ceiling => Err(Status::permission_denied(format!(
-                "timeout_ms {t} exceeds the {ceiling} ms ceiling of policy rule `{}`",
-                rule.name
-            ))),
-            _ => Ok(()),
-        }
+        rule.check_workers(uid, live).map_err(status::exhausted)
     }
 
     /// The policy rule that applies to a caller.
@@ -451,15 +788,28 @@ impl CorralService {
             .rule_for(user.as_deref(), &groups)
     }
 
-    fn audit_wanted(&self) -> bool {
-        self.audit.enabled()
-    }
-
+    /// An escalated call runs only if the operator allows it and the caller's rule does; a
+    /// confined root caller never escalates.
     fn may_escalate(&self, caller: Caller) -> bool {
         self.allow_escalation
             && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
             && self.rule_for(caller, None).allow_escalation
     }
+}
+
+/// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
+fn asks_for_escalation(name: &str, arguments: &str) -> bool {
+    if !bridge::is_shell_tool(name) {
+        return false;
+    }
+    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
+        return false;
+    };
+    args.get("sandbox_permissions").and_then(|v| v.as_str()) == Some("require_escalated")
+        || args
+            .get("with_escalated_permissions")
+            .and_then(|v| v.as_bool())
+            == Some(true)
 }
 
 #[tonic::async_trait]
@@ -500,26 +850,14 @@ impl Bridge for CorralService {
                 "name is required: the tool the model called",
             ));
         }
-        let escalated = asks_for_escalation(&req.name, &req.arguments);
-        if escalated && !self.may_escalate(caller) {
-            self.session(&req.session_id, caller)?;
-            return Ok(Response::new(api::InvokeResponse {
-                call_id: req.call_id,
-                output: escalation_refused(),
-                success: false,
-            }));
-        }
+        let escalate = asks_for_escalation(&req.name, &req.arguments);
+        let id = req.session_id.clone();
         match self
-            .run_as(
-                caller,
-                &req.session_id.clone(),
-                Call::Invoke(req),
-                escalated,
-            )
+            .run(caller, &id, Call::Invoke(req), escalate, Refusal::ToModel)
             .await?
         {
             Reply::Invoke(r) => Ok(Response::new(r)),
-            other => Err(unexpected(other)),
+            other => Err(status::unexpected_reply(other)),
         }
     }
 }

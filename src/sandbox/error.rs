@@ -46,6 +46,33 @@ impl LayerError {
     }
 }
 
+/// The parts of a layer failure, as the worker reports them to the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupParts<'a> {
+    pub cause: &'a str,
+    pub fix: &'a str,
+}
+
+impl LayerError {
+    /// The cause and the fix of a [`LayerError::new`]-shaped failure (either prefix), `None`
+    /// for fixed wording. The message is the only place they are kept, since some layers build
+    /// the error directly; this is the one place that splits it.
+    pub fn parts(&self) -> Option<SetupParts<'_>> {
+        let rest = self
+            .message
+            .strip_prefix(SETUP_FAILED_PREFIX)
+            .or_else(|| self.message.strip_prefix("sandbox unavailable: "))?;
+        let rest = rest
+            .strip_prefix(self.layer)?
+            .strip_prefix(" could not be applied: ")?;
+        let (cause, fix) = rest.split_once(". ").unwrap_or((rest, ""));
+        Some(SetupParts {
+            cause: cause.trim_end_matches('.'),
+            fix,
+        })
+    }
+}
+
 impl fmt::Display for LayerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -75,5 +102,13 @@ mod tests {
             "capabilities remain after dropping them (CapEff=0000000000000001)",
         );
         assert!(f.to_string().starts_with(SETUP_FAILED_PREFIX));
+        assert_eq!(f.parts(), None);
+        assert_eq!(
+            e.parts(),
+            Some(SetupParts {
+                cause: "seccomp(2) returned EINVAL",
+                fix: "Use a kernel with CONFIG_SECCOMP_FILTER=y."
+            })
+        );
     }
 }

@@ -11,6 +11,7 @@ use crate::tools::{
 };
 use crate::wire::{ToolFailure, worker_reply::Result as Reply, worker_request::Call};
 use crate::worker::commands::SandboxedRunner;
+use std::time::Instant;
 
 /// The gRPC code a tool failure is answered with (spec/tools.md §0.5).
 pub fn code_of(kind: ErrorKind) -> tonic::Code {
@@ -27,8 +28,14 @@ fn failure(err: ToolError) -> ToolFailure {
     ToolFailure {
         code: code_of(err.kind) as i32,
         message: err.message,
+        setup: None,
     }
 }
+
+/// Where a streaming call's intermediate frames go. The second argument is when the command's
+/// timeout fires: an emitter that waits for flow-control credit gives up then, because the
+/// command's timeout is enforced by the same loop that produces the output.
+pub type Emit<'a> = dyn FnMut(Reply, Option<Instant>) + 'a;
 
 /// Runs one call to completion. `emit` receives the intermediate frames of a streaming call
 /// (`stream`); the returned reply is the final one.
@@ -37,7 +44,7 @@ pub fn execute(
     runner: &SandboxedRunner,
     call: Call,
     stream: bool,
-    emit: &mut dyn FnMut(Reply),
+    emit: &mut Emit<'_>,
 ) -> Reply {
     // Calls that can write re-check protection first (per call, not per worker; H1). Read-only
     // tools cannot create or change a protected name, so they skip it.
@@ -67,7 +74,7 @@ pub fn execute(
                 success: out.success,
             }))
         }
-        Call::Cancel(_) => Err(ToolError::invalid("cancel is not a call")),
+        Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))
 }
@@ -155,7 +162,7 @@ fn shell_call(
     runner: &SandboxedRunner,
     req: api::ShellRequest,
     stream: bool,
-    emit: &mut dyn FnMut(Reply),
+    emit: &mut Emit<'_>,
 ) -> Result<api::ShellResponse, ToolError> {
     let structured = !req.command.is_empty();
     let argv = match (structured, req.script.is_empty()) {
@@ -190,13 +197,18 @@ fn shell_call(
         ctx.clamp_timeout(req.timeout_ms),
         &ctx.exec_context(),
     );
+    // Taken before the command starts, so it is never later than the executor's own deadline.
+    let deadline = Instant::now().checked_add(exec.timeout);
     if stream {
-        emit(Reply::ShellEvent(api::ShellStreamEvent {
-            event: Some(api::shell_stream_event::Event::Begin(api::ShellBegin {
-                argv: exec.argv.clone(),
-                cwd: exec.cwd.to_string_lossy().into_owned(),
-            })),
-        }));
+        emit(
+            Reply::ShellEvent(api::ShellStreamEvent {
+                event: Some(api::shell_stream_event::Event::Begin(api::ShellBegin {
+                    argv: exec.argv.clone(),
+                    cwd: exec.cwd.to_string_lossy().into_owned(),
+                })),
+            }),
+            deadline,
+        );
     }
     let mut seq = 0u64;
     let mut on_chunk = |chunk: OutputChunk| {
@@ -207,13 +219,16 @@ fn shell_call(
             OutputChunk::Stdout(d) => (api::OutputStream::Stdout, d),
             OutputChunk::Stderr(d) => (api::OutputStream::Stderr, d),
         };
-        emit(Reply::ShellEvent(api::ShellStreamEvent {
-            event: Some(api::shell_stream_event::Event::Delta(api::OutputDelta {
-                seq,
-                stream: kind as i32,
-                data,
-            })),
-        }));
+        emit(
+            Reply::ShellEvent(api::ShellStreamEvent {
+                event: Some(api::shell_stream_event::Event::Delta(api::OutputDelta {
+                    seq,
+                    stream: kind as i32,
+                    data,
+                })),
+            }),
+            deadline,
+        );
         seq += 1;
     };
     let report = runner.run_checked(&exec, &mut on_chunk, &ctx.cancel)?;

@@ -15,10 +15,16 @@ use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 /// The descriptor the daemon passes the request socket on.
 pub const WORKER_FD: RawFd = 3;
+
+/// Output delta bytes one streaming call may have sent and not yet had credited by the daemon
+/// (spec/sandbox.md H6). Large enough to keep a local stream at full speed, small enough that
+/// many stalled streams stay far below the daemon's memory budget.
+pub const STREAM_WINDOW_BYTES: u64 = 1024 * 1024;
 
 /// What the daemon tells a new worker: the first frame on its socketpair, as JSON (never in
 /// argv, which every local user can read in /proc; spec/sandbox.md §8.6 H15).
@@ -65,7 +71,23 @@ pub fn worker_main() -> i32 {
     let confined = match confine::confine(&spec.policy, &spec.degraded, &[0, 1, 2, WORKER_FD]) {
         Ok(c) => c,
         Err(e) => {
-            let _ = send_failure(&mut socket, tonic::Code::FailedPrecondition, e.message);
+            let setup = crate::wire::SetupFailure {
+                layer: e.layer.to_string(),
+                cause: e.parts().map(|p| p.cause.to_string()).unwrap_or_default(),
+                fix: e.parts().map(|p| p.fix.to_string()).unwrap_or_default(),
+            };
+            let _ = frame::write_blocking(
+                &mut socket,
+                &WorkerReply {
+                    id: 0,
+                    last: true,
+                    result: Some(worker_reply::Result::Failure(ToolFailure {
+                        code: tonic::Code::FailedPrecondition as i32,
+                        message: e.message,
+                        setup: Some(setup),
+                    })),
+                },
+            );
             return 71;
         }
     };
@@ -201,6 +223,7 @@ fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::
             result: Some(worker_reply::Result::Failure(ToolFailure {
                 code: code as i32,
                 message,
+                setup: None,
             })),
         },
     )
@@ -227,13 +250,87 @@ pub fn layer_to_api(r: &LayerReport) -> api::Layer {
 /// How long in-flight calls get to kill their process trees when the worker shuts down.
 const SHUTDOWN_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// One in-flight call: its cancel flag and the flow-control window of its streamed output.
+struct CallState {
+    cancel: Arc<AtomicBool>,
+    /// Delta bytes sent and not yet credited.
+    unacked: Mutex<u64>,
+    /// Woken by credit and by cancellation.
+    wake: Condvar,
+}
+
+impl CallState {
+    fn new(cancel: Arc<AtomicBool>) -> Self {
+        Self {
+            cancel,
+            unacked: Mutex::new(0),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        let _guard = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+        self.wake.notify_all();
+    }
+
+    fn credit(&self, bytes: u64) {
+        let mut unacked = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+        *unacked = unacked.saturating_sub(bytes);
+        self.wake.notify_all();
+    }
+
+    /// Takes `bytes` of window, waiting while it is full. Blocking here stops the command's
+    /// output loop, so the command blocks on its pipe: a client that stops reading stalls its
+    /// own command. Gives up (false: drop the delta) when the call is cancelled, or when the
+    /// window is full past the command's `deadline`: the executor must get back to its loop to
+    /// enforce the timeout, and output the client is not reading is then not worth holding.
+    fn take_window(&self, bytes: u64, deadline: Option<Instant>) -> bool {
+        let mut unacked = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            if *unacked < STREAM_WINDOW_BYTES {
+                *unacked += bytes;
+                return true;
+            }
+            unacked = match deadline {
+                None => self.wake.wait(unacked).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return false;
+                    }
+                    self.wake
+                        .wait_timeout(unacked, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+}
+
+type Calls = Mutex<HashMap<u64, Arc<CallState>>>;
+
+/// The size of a streamed output delta (what the window counts); 0 for other frames.
+fn delta_bytes(reply: &worker_reply::Result) -> u64 {
+    match reply {
+        worker_reply::Result::ShellEvent(api::ShellStreamEvent {
+            event: Some(api::shell_stream_event::Event::Delta(d)),
+        }) => d.data.len() as u64,
+        _ => 0,
+    }
+}
+
 /// Cancels every in-flight call (each kills its command's tree) and waits for them to end.
-fn cancel_all_and_wait(cancels: &Mutex<HashMap<u64, Arc<AtomicBool>>>) {
-    for flag in cancels.lock().unwrap_or_else(|p| p.into_inner()).values() {
-        flag.store(true, Ordering::SeqCst);
+fn cancel_all_and_wait(calls: &Calls) {
+    for call in calls.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        call.cancel();
     }
     let deadline = std::time::Instant::now() + SHUTDOWN_KILL_WAIT;
-    while !cancels.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+    while !calls.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -244,7 +341,7 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
     let state = Arc::new(state);
     let threads = crate::worker::threads::CallThreads::default();
     let writer = Arc::new(Mutex::new(writer));
-    let cancels: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
+    let calls: Arc<Calls> = Arc::default();
     loop {
         let req: WorkerRequest = match frame::read_blocking(&mut reader) {
             Ok(Some(r)) => r,
@@ -252,34 +349,47 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             // still running must not outlive their worker (in danger-full-access there is no
             // PID namespace to end them).
             Ok(None) | Err(_) => {
-                cancel_all_and_wait(&cancels);
+                cancel_all_and_wait(&calls);
                 return;
             }
         };
         let Some(call) = req.call else { continue };
-        if let worker_request::Call::Cancel(target) = call {
-            if let Some(flag) = cancels
+        let target = match &call {
+            worker_request::Call::Cancel(target) => Some(*target),
+            worker_request::Call::Credit(c) => Some(c.call),
+            _ => None,
+        };
+        if let Some(target) = target {
+            let found = calls
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&target)
-            {
-                flag.store(true, Ordering::SeqCst);
+                .cloned();
+            match (found, &call) {
+                (Some(c), worker_request::Call::Credit(credit)) => c.credit(credit.bytes),
+                (Some(c), _) => c.cancel(),
+                (None, _) => {}
             }
             continue;
         }
         let cancel = Arc::new(AtomicBool::new(false));
-        cancels
+        let call_state = Arc::new(CallState::new(cancel.clone()));
+        calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(req.id, cancel.clone());
+            .insert(req.id, call_state.clone());
         let ctx = state.context(req.context.as_ref(), cancel);
         let stream = req.stream;
         let state = state.clone();
         let call_writer = writer.clone();
-        let cancels = cancels.clone();
+        let call_table = calls.clone();
         let id = req.id;
         let spawned = threads.run(move || {
-            let mut emit = |partial| {
+            let mut emit = |partial: worker_reply::Result, deadline: Option<Instant>| {
+                let bytes = delta_bytes(&partial);
+                if bytes > 0 && !call_state.take_window(bytes, deadline) {
+                    return;
+                }
                 let frame = WorkerReply {
                     id,
                     last: false,
@@ -297,18 +407,20 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
             let _ = frame::write_blocking(&mut *w, &reply);
             drop(w);
-            cancels
+            call_table
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
         });
         if let Err(e) = spawned {
+            calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             let reply = WorkerReply {
                 id,
                 last: true,
                 result: Some(worker_reply::Result::Failure(ToolFailure {
                     code: tonic::Code::ResourceExhausted as i32,
                     message: format!("the sandbox worker cannot start a thread for the call: {e}"),
+                    setup: None,
                 })),
             };
             let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());

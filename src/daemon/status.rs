@@ -1,0 +1,173 @@
+//! Domain errors → gRPC status codes, in one place: what the worker reports (tool failures,
+//! sandbox setup failures), what happens to a worker (it died), and what the call pipeline
+//! refuses (sessions, policy, flow control). Handlers never pick a code themselves.
+
+use crate::wire::ToolFailure;
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// A failure the worker reported: a tool's own class (spec/tools.md §0.5), or
+/// FAILED_PRECONDITION with the §6 text when the sandbox could not be set up.
+pub fn tool_failure(f: ToolFailure) -> Status {
+    match f.setup {
+        Some(setup) => Status::failed_precondition(setup_text(&setup, &f.message)),
+        None => Status::new(Code::from(f.code), f.message),
+    }
+}
+
+/// `sandbox unavailable: {layer} could not be applied: {cause}. {fix}` (spec/sandbox.md §6),
+/// built from the parts; a failure with fixed wording (no cause) keeps its own text.
+fn setup_text(setup: &crate::wire::SetupFailure, message: &str) -> String {
+    if setup.cause.is_empty() {
+        return message.to_string();
+    }
+    let mut text = format!(
+        "sandbox unavailable: {} could not be applied: {}.",
+        setup.layer, setup.cause
+    );
+    if !setup.fix.is_empty() {
+        text.push(' ');
+        text.push_str(&setup.fix);
+    }
+    text
+}
+
+/// The worker serving the call exited while it was in flight.
+pub fn worker_died() -> Status {
+    Status::unavailable(
+        "the sandbox worker serving this session exited while the call was in flight; the call \
+         was lost. A new worker is started on the next call; retry it",
+    )
+}
+
+/// A new worker ended before saying it was ready (crash, not a reported layer failure).
+pub fn worker_setup_exited(exit: &str) -> Status {
+    Status::internal(format!(
+        "the sandbox worker exited during setup ({exit}); see the daemon log"
+    ))
+}
+
+/// A new worker did not finish confining itself in time.
+pub fn worker_not_ready(secs: u64) -> Status {
+    Status::internal(format!(
+        "the sandbox worker did not become ready within {secs} s; see the daemon log"
+    ))
+}
+
+/// The worker answered a call with a reply of another kind.
+pub fn unexpected_reply(reply: impl std::fmt::Debug) -> Status {
+    Status::internal(format!(
+        "worker answered with an unexpected reply: {reply:?}"
+    ))
+}
+
+/// The worker sent more streamed output than the flow-control window allows.
+pub fn window_exceeded(bytes: u64) -> Status {
+    Status::internal(format!(
+        "the sandbox worker sent {bytes} bytes of output beyond its flow-control window; the \
+         call was cancelled"
+    ))
+}
+
+/// INVALID_ARGUMENT with a google.rpc.BadRequest naming the field.
+pub fn invalid_field(field: &str, message: &str) -> Status {
+    Status::with_error_details(
+        Code::InvalidArgument,
+        message,
+        ErrorDetails::with_bad_request_violation(field, message),
+    )
+}
+
+/// An unknown session, or one of another identity: exactly the same answer, so nothing hints
+/// that the other exists.
+pub fn session_not_found(id: &str) -> Status {
+    Status::not_found(format!(
+        "session `{id}` not found: it was never opened, was closed, or expired after being \
+         idle; open a new one with OpenSession"
+    ))
+}
+
+/// The session closed while one of its calls was running.
+pub fn session_closed() -> Status {
+    Status::cancelled("the session was closed while the call was running; the call was cancelled")
+}
+
+/// An escalation the operator (or the caller's rule) does not allow.
+pub fn escalation_refused(text: String) -> Status {
+    Status::permission_denied(text)
+}
+
+/// A typed call asked for a longer timeout than the caller's rule allows.
+pub fn timeout_over_ceiling(requested: u64, ceiling: u64, rule: &str) -> Status {
+    Status::permission_denied(format!(
+        "timeout_ms {requested} exceeds the {ceiling} ms ceiling of policy rule `{rule}`"
+    ))
+}
+
+/// A per-user cap of the policy (sessions, workers, running commands), or a daemon-wide table
+/// that is full.
+pub fn exhausted(text: String) -> Status {
+    Status::resource_exhausted(text)
+}
+
+/// A streaming client stopped reading for longer than the stall budget.
+pub fn stream_stalled(budget: std::time::Duration) -> Status {
+    Status::resource_exhausted(format!(
+        "the client read none of the command's output for {} s, the daemon's stall budget; \
+         the command was cancelled and its processes killed",
+        budget.as_secs_f64()
+    ))
+}
+
+/// A session's protection kept changing while a call tried to start (spec/sandbox.md §8.6 H1).
+pub fn protection_unsettled(what: &str) -> Status {
+    Status::failed_precondition(format!(
+        "protection of this session's workspace keeps changing ({what}); the call was not run"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::SetupFailure;
+
+    #[test]
+    fn setup_failures_are_built_from_their_parts() {
+        let s = tool_failure(ToolFailure {
+            code: Code::Internal as i32,
+            message: "sandbox setup failed: landlock could not be applied: x. y.".into(),
+            setup: Some(SetupFailure {
+                layer: "landlock".into(),
+                cause: "ENOSYS".into(),
+                fix: "Enable Landlock.".into(),
+            }),
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(
+            s.message(),
+            "sandbox unavailable: landlock could not be applied: ENOSYS. Enable Landlock."
+        );
+        let fixed = tool_failure(ToolFailure {
+            code: Code::FailedPrecondition as i32,
+            message: "sandbox setup failed: capabilities remain after dropping them (CapEff=1)"
+                .into(),
+            setup: Some(SetupFailure {
+                layer: "capabilities".into(),
+                ..Default::default()
+            }),
+        });
+        assert_eq!(
+            fixed.message(),
+            "sandbox setup failed: capabilities remain after dropping them (CapEff=1)"
+        );
+        let tool = tool_failure(ToolFailure {
+            code: Code::NotFound as i32,
+            message: "no such file".into(),
+            setup: None,
+        });
+        assert_eq!(
+            (tool.code(), tool.message()),
+            (Code::NotFound, "no such file")
+        );
+    }
+}
