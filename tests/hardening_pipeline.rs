@@ -61,9 +61,20 @@ impl MemoryCgroup {
 
 impl Drop for MemoryCgroup {
     fn drop(&mut self) {
-        // Wait for the daemon's processes to leave, then remove the group.
+        // Wait for the daemon's processes to leave, then remove the group and the worker
+        // groups the daemon made inside it, deepest first (cgroupfs removes only directories).
+        fn rmdirs(dir: &Path) -> bool {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        rmdirs(&e.path());
+                    }
+                }
+            }
+            std::fs::remove_dir(dir).is_ok()
+        }
         for _ in 0..100 {
-            if std::fs::remove_dir(&self.0).is_ok() {
+            if rmdirs(&self.0) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));

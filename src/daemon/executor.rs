@@ -112,9 +112,16 @@ impl Executor {
                 .chain(crate::sandbox::masks::runtime_sockets(session.owner_uid))
                 .collect(),
             identity: session.identity.clone(),
-            limits: match &session.rule {
-                Some(rule) => rule.limits(&profile.limits),
-                None => profile.limits.clone(),
+            limits: {
+                let mut limits = match &session.rule {
+                    Some(rule) => rule.limits(&profile.limits),
+                    None => profile.limits.clone(),
+                };
+                // Without a memory cgroup, each process of the worker is held to the limit.
+                if !self.pool.has_memory_cgroups() {
+                    limits.data_bytes = limits.memory_bytes;
+                }
+                limits
             },
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
@@ -166,10 +173,13 @@ impl Executor {
             .policy_for(&session)
             .await
             .map_err(|s| s.message().to_string())?;
-        let worker = crate::daemon::pool::Worker::spawn(&crate::worker::serve::WorkerSpec {
-            policy,
-            degraded: self.pool.degraded().to_vec(),
-        })
+        let worker = crate::daemon::pool::Worker::spawn(
+            &crate::worker::serve::WorkerSpec {
+                policy,
+                degraded: self.pool.degraded().to_vec(),
+            },
+            None,
+        )
         .await
         .map_err(|s| s.message().to_string())?;
         Ok(worker.layers.clone())

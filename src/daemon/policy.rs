@@ -14,6 +14,7 @@
 //! max_processes = 2048             # rlimits of the user's sandboxes (override the profile)
 //! max_open_files = 4096
 //! max_file_size_bytes = 8589934592
+//! max_memory_bytes = 4294967296     # memory of one sandbox worker and its commands together
 //!
 //! [policy.users.alice]             # a user's rule wins over their groups' rules
 //! modes = ["read-only", "workspace-write", "danger-full-access"]
@@ -45,6 +46,8 @@ pub struct RuleConfig {
     pub max_processes: Option<u64>,
     pub max_open_files: Option<u64>,
     pub max_file_size_bytes: Option<u64>,
+    /// The memory limit of each of the user's sandbox workers (H11).
+    pub max_memory_bytes: Option<u64>,
 }
 
 /// The `[policy]` table.
@@ -78,6 +81,8 @@ pub struct Rule {
     pub max_processes: Option<u64>,
     pub max_open_files: Option<u64>,
     pub max_file_size_bytes: Option<u64>,
+    /// The memory limit of each of the user's sandbox workers (H11).
+    pub max_memory_bytes: Option<u64>,
 }
 
 impl PolicyConfig {
@@ -148,6 +153,7 @@ impl PolicyConfig {
             max_processes: pick(specific, d, |r| r.max_processes),
             max_open_files: pick(specific, d, |r| r.max_open_files),
             max_file_size_bytes: pick(specific, d, |r| r.max_file_size_bytes),
+            max_memory_bytes: pick(specific, d, |r| r.max_memory_bytes),
         }
     }
 }
@@ -170,6 +176,9 @@ impl Rule {
         let mut limits = profile.clone();
         if let Some(n) = self.max_processes {
             limits.processes = n;
+        }
+        if let Some(n) = self.max_memory_bytes {
+            limits.memory_bytes = n;
         }
         if let Some(n) = self.max_open_files {
             limits.open_files = n;

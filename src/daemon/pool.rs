@@ -7,6 +7,7 @@
 
 use crate::api;
 use crate::daemon::status;
+use crate::sandbox::cgroup::{MemoryCgroups, WorkerCgroup};
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::Layer;
 use crate::wire::{
@@ -53,7 +54,13 @@ pub struct Worker {
 
 impl Worker {
     /// Spawns and confines a worker; fails with FAILED_PRECONDITION if the sandbox cannot be set up.
-    pub async fn spawn(spec: &WorkerSpec) -> Result<Arc<Worker>, Status> {
+    pub async fn spawn(
+        spec: &WorkerSpec,
+        cgroup: Option<WorkerCgroup>,
+    ) -> Result<Arc<Worker>, Status> {
+        // Released off the async threads once the worker is reaped (or on any early return).
+        let cgroup = CgroupHold(cgroup);
+        let join = cgroup.0.as_ref().map(|c| c.procs_path());
         let spec_json = serde_json::to_string(spec)
             .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -67,9 +74,15 @@ impl Worker {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true);
-        // SAFETY: between fork and exec we only call dup2/fcntl, which are async-signal-safe.
+        // SAFETY: between fork and exec we only call dup2/fcntl and the cgroup join (open,
+        // write, close of a path built before the fork), all async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
+                // The worker's memory limit covers it and every command from its first
+                // instruction (H11).
+                if let Some(procs) = &join {
+                    crate::sandbox::cgroup::join_raw(procs)?;
+                }
                 if theirs_fd == WORKER_FD {
                     // dup2 onto itself would keep FD_CLOEXEC set; clear it explicitly.
                     if libc::fcntl(theirs_fd, libc::F_SETFD, 0) == -1 {
@@ -169,9 +182,17 @@ impl Worker {
                 // A worker whose sessions all closed exits 0; anything else is worth a warning.
                 match child.wait().await {
                     Ok(s) if s.success() => tracing::debug!("sandbox worker exited"),
-                    Ok(s) => tracing::warn!(status = %s, "sandbox worker exited abnormally"),
+                    Ok(s) => {
+                        let oom = cgroup
+                            .0
+                            .as_ref()
+                            .and_then(|c| c.oom_kills().ok())
+                            .unwrap_or(0);
+                        tracing::warn!(status = %s, oom_kills = oom, "sandbox worker exited abnormally")
+                    }
                     Err(e) => tracing::warn!("cannot reap a sandbox worker: {e}"),
                 }
+                drop(cgroup);
                 // Dropping the senders fails every call in flight on this worker.
                 pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
             });
@@ -330,6 +351,23 @@ impl Credits {
     }
 }
 
+/// A worker's memory cgroup, removed (which may wait for its last processes) on a blocking
+/// thread, never on the async runtime.
+struct CgroupHold(Option<WorkerCgroup>);
+
+impl Drop for CgroupHold {
+    fn drop(&mut self) {
+        if let Some(cg) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn_blocking(move || drop(cg));
+                }
+                Err(_) => drop(cg),
+            }
+        }
+    }
+}
+
 /// One policy's worker slot: the worker (started on first use, replaced when it died) and the
 /// number of sessions using it.
 struct PoolEntry {
@@ -346,14 +384,35 @@ pub struct WorkerPool {
     /// Short critical sections only; never held across an await.
     workers: Arc<Mutex<HashMap<SandboxPolicy, PoolEntry>>>,
     degraded: Vec<Layer>,
+    /// Where each worker gets its memory cgroup; `None` (no controller this daemon may use):
+    /// workers fall back to RLIMIT_DATA.
+    cgroups: Option<Arc<MemoryCgroups>>,
+    spawned: Arc<AtomicU64>,
 }
 
 impl WorkerPool {
     pub fn new(degraded: Vec<Layer>) -> Self {
+        let cgroups = match MemoryCgroups::detect() {
+            Ok(c) => Some(Arc::new(c)),
+            Err(why) => {
+                tracing::warn!(
+                    "no memory cgroup for sandbox workers ({why}); their memory is limited by \
+                     RLIMIT_DATA per process instead"
+                );
+                None
+            }
+        };
         Self {
             workers: Arc::default(),
             degraded,
+            cgroups,
+            spawned: Arc::default(),
         }
+    }
+
+    /// Whether workers get a memory cgroup (else the RLIMIT_DATA fallback applies).
+    pub fn has_memory_cgroups(&self) -> bool {
+        self.cgroups.is_some()
     }
 
     pub fn degraded(&self) -> &[Layer] {
@@ -432,10 +491,31 @@ impl WorkerPool {
     }
 
     async fn spawn(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
-        Worker::spawn(&WorkerSpec {
-            policy: policy.clone(),
-            degraded: self.degraded.clone(),
-        })
+        let cgroup = match &self.cgroups {
+            Some(cgroups) => {
+                let n = self.spawned.fetch_add(1, Ordering::Relaxed);
+                let (cgroups, limit) = (cgroups.clone(), policy.limits.memory_bytes);
+                let made = tokio::task::spawn_blocking(move || {
+                    cgroups.create(&format!("worker-{n}"), limit)
+                })
+                .await
+                .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
+                Some(made.map_err(|e| {
+                    Status::failed_precondition(format!(
+                        "sandbox unavailable: limits could not be applied: cannot create the \
+                         worker's memory cgroup: {e}. Check the daemon may write its cgroup"
+                    ))
+                })?)
+            }
+            None => None,
+        };
+        Worker::spawn(
+            &WorkerSpec {
+                policy: policy.clone(),
+                degraded: self.degraded.clone(),
+            },
+            cgroup,
+        )
         .await
     }
 

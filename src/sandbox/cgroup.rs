@@ -165,9 +165,17 @@ impl WorkerCgroup {
     /// Moves the calling process into this cgroup. Async-signal-safe (only `open`, `write` and
     /// `close` on a path built in advance), so it may run in a `pre_exec` closure after `fork`.
     pub fn join_self_raw(&self) -> io::Result<()> {
+        join_raw(&self.procs)
+    }
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`: only `open`,
+/// `write` and `close`, so it is safe between `fork` and `exec`.
+pub fn join_raw(procs: &CString) -> io::Result<()> {
+    {
         // SAFETY: a valid NUL-terminated path; a static one-byte buffer; our own fd.
         unsafe {
-            let fd = libc::open(self.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -180,6 +188,14 @@ impl WorkerCgroup {
                 None => Ok(()),
             }
         }
+    }
+}
+
+impl WorkerCgroup {
+    /// The path a forked child writes to join this cgroup (see [`join_raw`]); a copy, so a
+    /// `pre_exec` closure holds no reference to the cgroup itself.
+    pub fn procs_path(&self) -> CString {
+        self.procs.clone()
     }
 
     /// Moves another process (by pid) into this cgroup.

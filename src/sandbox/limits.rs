@@ -30,12 +30,14 @@ fn limit_error(step: &str, err: impl std::fmt::Display) -> LayerError {
 }
 
 /// The rlimits applied, as (resource, name, value).
-fn rlimits(limits: &ResourceLimits) -> [(libc::__rlimit_resource_t, &'static str, u64); 4] {
+fn rlimits(limits: &ResourceLimits) -> [(libc::__rlimit_resource_t, &'static str, u64); 5] {
     [
         (libc::RLIMIT_CORE, "RLIMIT_CORE", limits.core_bytes),
         (libc::RLIMIT_NPROC, "RLIMIT_NPROC", limits.processes),
         (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE", limits.open_files),
         (libc::RLIMIT_FSIZE, "RLIMIT_FSIZE", limits.file_size_bytes),
+        // The memory fallback when no cgroup could be made (u64::MAX = RLIM_INFINITY).
+        (libc::RLIMIT_DATA, "RLIMIT_DATA", limits.data_bytes),
     ]
 }
 

@@ -50,6 +50,18 @@ pub struct ResourceLimits {
     pub open_files: u64,
     /// RLIMIT_FSIZE: largest file a command may write.
     pub file_size_bytes: u64,
+    /// Memory the worker and all its commands may use together (spec/sandbox.md §8.6 H11):
+    /// a memory cgroup's limit where the daemon can create one. Default: half the host's RAM.
+    #[serde(default = "crate::sandbox::cgroup::default_limit_bytes")]
+    pub memory_bytes: u64,
+    /// RLIMIT_DATA: set to `memory_bytes` by the daemon only when no memory cgroup can be made
+    /// (a per-process fallback; unlimited otherwise).
+    #[serde(default = "unlimited")]
+    pub data_bytes: u64,
+}
+
+fn unlimited() -> u64 {
+    u64::MAX
 }
 
 impl Default for ResourceLimits {
@@ -59,6 +71,8 @@ impl Default for ResourceLimits {
             processes: 4096,
             open_files: 4096,
             file_size_bytes: 16 * 1024 * 1024 * 1024,
+            memory_bytes: crate::sandbox::cgroup::default_limit_bytes(),
+            data_bytes: unlimited(),
         }
     }
 }

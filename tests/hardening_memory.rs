@@ -1,0 +1,107 @@
+//! H11: no tool call can take the host's memory. Each worker (with all its commands) has a
+//! memory limit — a cgroup where the daemon can make one (v1 `memory.limit_in_bytes` here and in
+//! CI, v2 `memory.max` elsewhere) — set by policy (`max_memory_bytes`) with a default of half
+//! the host's RAM. The daemon under test runs in its own capped cgroup, so a failure cannot hurt
+//! the host (red-team finding 11: R01, R10).
+
+mod common;
+
+use common::{Daemon, outside};
+use corral::api::{self, SandboxMode};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A v1 memory cgroup with a cap for the daemon, removed (with what the daemon made inside it)
+/// on drop; `None` where the controller is absent.
+struct DaemonCgroup(PathBuf);
+
+impl DaemonCgroup {
+    fn create(limit: u64) -> Option<DaemonCgroup> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        let dir = root.join(format!("corral-h11-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+        Some(DaemonCgroup(dir))
+    }
+}
+
+impl Drop for DaemonCgroup {
+    fn drop(&mut self) {
+        fn rmdirs(dir: &Path) -> bool {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        rmdirs(&e.path());
+                    }
+                }
+            }
+            std::fs::remove_dir(dir).is_ok()
+        }
+        for _ in 0..100 {
+            if rmdirs(&self.0) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_command_cannot_take_more_memory_than_its_worker_limit() {
+    let Some(cg) = DaemonCgroup::create(1536 << 20) else {
+        eprintln!("skipped: needs root and a v1 memory controller (CI has both)");
+        return;
+    };
+    let join = format!("echo $$ > {}/cgroup.procs; exec \"$@\"", cg.0.display());
+    let conf_dir = outside();
+    let conf = conf_dir.path().join("corral.toml");
+    // 192 MiB per worker.
+    std::fs::write(&conf, "[policy.default]\nmax_memory_bytes = 201326592\n").unwrap();
+    let d = Daemon::start_wrapped(
+        &["sh", "-c", &join, "sh"],
+        &["--config", conf.to_str().unwrap()],
+    )
+    .await;
+    let cwd = outside();
+    let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+    let grab = |mib: u32| {
+        format!(
+            "python3 -c \"b = bytearray({mib} * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('allocated {mib}')\""
+        )
+    };
+    // Baseline: well under the limit works.
+    let r = d.sh(&id, &grab(32)).await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    assert!(r.output.contains("allocated 32"));
+    // Over it: the command is killed, not the host (nor the daemon's cap).
+    let r = d.sh(&id, &grab(768)).await;
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(!r.output.contains("allocated 768"), "{}", r.output);
+    // The worker's cgroup exists under the daemon's, with the policy's limit.
+    let (_, limits) = common::host_sh(&format!(
+        "cat {}/corral-workers/*/worker-*/memory.limit_in_bytes",
+        cg.0.display()
+    ));
+    assert!(limits.lines().any(|l| l.trim() == "201326592"), "{limits}");
+    // The daemon and the session still serve.
+    let r = d.sh(&id, "echo still-here").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "still-here\n"));
+    // read_file of an endless device is refused rather than read (the red-team's kill switch).
+    let err = d
+        .tools()
+        .await
+        .read_file(api::ReadFileRequest {
+            session_id: id.clone(),
+            file_path: "/dev/zero".into(),
+            ..Default::default()
+        })
+        .await;
+    match err {
+        Err(s) => assert!(s.message().contains("not a regular file"), "{s:?}"),
+        Ok(r) => panic!("read /dev/zero: {:?}", r.into_inner().text),
+    }
+    drop(d);
+}
