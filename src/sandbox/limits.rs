@@ -196,6 +196,8 @@ mod tests {
             processes: 64,
             open_files: 32,
             file_size_bytes: 4096,
+            memory_bytes: 1 << 30,
+            data_bytes: 1 << 30,
         }
     }
 
