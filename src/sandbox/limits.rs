@@ -223,6 +223,7 @@ mod tests {
                     ("RLIMIT_NPROC", 64),
                     ("RLIMIT_NOFILE", 32),
                     ("RLIMIT_FSIZE", 4096),
+                    ("RLIMIT_DATA", 1 << 30),
                 ]
             {
                 return Err(format!("applied {applied:?}"));
@@ -369,7 +370,7 @@ mod tests {
     fn apply_reports_every_part() {
         assert_child_ok(|| {
             let r = apply(&small(), &[0, 1, 2]).map_err(|e| e.to_string())?;
-            let want = "RLIMIT_CORE=0, RLIMIT_NPROC=64, RLIMIT_NOFILE=32, RLIMIT_FSIZE=4096; not dumpable; descriptors kept: [0, 1, 2]";
+            let want = "RLIMIT_CORE=0, RLIMIT_NPROC=64, RLIMIT_NOFILE=32, RLIMIT_FSIZE=4096, RLIMIT_DATA=1073741824; not dumpable; descriptors kept: [0, 1, 2]";
             if r.layer != Layer::Limits || r.detail != want {
                 return Err(format!("{r:?}"));
             }
