@@ -494,7 +494,10 @@ fn write_atomic(
     let mut tmp = builder.tempfile_in(dir)?;
     tmp.write_all(content)?;
     if let Some(p) = perms {
-        tmp.as_file().set_permissions(p.clone())?;
+        // The rewritten file keeps its mode but never a set-id bit: a sandbox refuses to set
+        // one (spec/sandbox.md §8.6 H3), and new content must not inherit the old privilege.
+        tmp.as_file()
+            .set_permissions(Permissions::from_mode(p.mode() & 0o1777))?;
     }
     tmp.as_file().sync_all()?;
     inject(point, target)?;
