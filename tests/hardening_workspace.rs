@@ -605,4 +605,99 @@ async fn h15_worker_policy_is_not_in_argv() {
         assert!(!text.contains("secret-project-name"), "{text}");
         assert!(!text.contains("writable_roots"), "{text}");
     }
+
+    // Paths the caller cannot see are resolved as the caller: an existing directory, a file
+    // and a missing name inside another user's 0700 directory answer alike (the confined root
+    // caller has no capability to look in). Baseline: root's own view tells them apart.
+    let private = base.path().join("private");
+    std::fs::create_dir_all(private.join("exists")).unwrap();
+    std::fs::write(private.join("file"), "x").unwrap();
+    std::os::unix::fs::chown(&private, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert!(private.join("exists").is_dir() && !exists(&private.join("missing")));
+    let mut answers = Vec::new();
+    for name in ["exists", "file", "missing"] {
+        let path = private.join(name);
+        let err = d.try_open(&path, SandboxMode::ReadOnly).await.unwrap_err();
+        answers.push((
+            err.code(),
+            err.message().replace(&path.display().to_string(), "PATH"),
+        ));
+    }
+    assert!(
+        answers.iter().all(|a| *a == answers[0]),
+        "answers differ: {answers:?}"
+    );
+}
+
+/// Found by our own attack review: apply_patch checks its targets, then writes by path; a
+/// concurrent command swaps a directory on the way for a symlink to the root in between, so the
+/// patch's `sub/.git/...` lands in the root's `.git` — after the command's guard has ended.
+/// Patches now run under the guard too; whichever way the race goes, no `.git` (or bare-style
+/// `HEAD`) is left at the root's top, and the patch that made one fails.
+#[tokio::test]
+async fn h1_apply_patch_racing_a_symlink_swap_plants_nothing() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let ws = base.path().join("ws");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    std::fs::create_dir_all(ws.join("bulk")).unwrap();
+    let id = ww(&d, &ws, &[], false).await.unwrap();
+    let mut patch = String::from("*** Begin Patch\n");
+    for i in 0..2000 {
+        patch.push_str(&format!("*** Add File: bulk/f{i:05}\n+x\n"));
+    }
+    for f in [
+        "sub/.git/HEAD",
+        "sub/.git/objects/keep",
+        "sub/.git/refs/heads/keep",
+        "sub/HEAD",
+    ] {
+        patch.push_str(&format!("*** Add File: {f}\n+ref: refs/heads/main\n"));
+    }
+    patch.push_str(
+        "*** Add File: sub/.git/config\n+[core]\n+\tfsmonitor = \"touch PWNED; false\"\n",
+    );
+    patch.push_str("*** End Patch\n");
+    let swapper = {
+        let mut tools = d.tools().await;
+        let id = id.clone();
+        tokio::spawn(async move {
+            tools
+                .shell(api::ShellRequest {
+                    session_id: id,
+                    command: vec![
+                        "bash".into(),
+                        "-c".into(),
+                        "for i in $(seq 3000); do [ -e bulk/f00600 ] && break; sleep 0.005; done; \
+                         rm -rf sub; ln -s . sub"
+                            .into(),
+                    ],
+                    timeout_ms: Some(30_000),
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            &serde_json::json!({ "input": patch }).to_string(),
+        )
+        .await;
+    swapper.await.unwrap().unwrap();
+    for name in [".git", "HEAD"] {
+        assert!(
+            !exists(&ws.join(name)),
+            "{name} planted at the root (patch ok={ok}: {out:.300})"
+        );
+    }
+    if exists(&ws.join("bulk/f01999"))
+        && std::fs::symlink_metadata(ws.join("sub")).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        // The swap came first: the patch tried to write through it and must have failed.
+        assert!(!ok, "{out:.300}");
+    }
 }

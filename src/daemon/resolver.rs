@@ -69,7 +69,9 @@ pub async fn resolve(params: &SessionParams) -> Result<SandboxPolicy, Status> {
         ))
     })?;
     answer.map_err(|refusal| match refusal {
-        ResolveRefusal::Invalid(m) => Status::invalid_argument(m),
+        ResolveRefusal::Invalid { field, message } => {
+            crate::daemon::status::invalid_field(&field, &message)
+        }
         ResolveRefusal::Denied(m) => Status::permission_denied(m),
         ResolveRefusal::Unenforceable(m) => Status::failed_precondition(m),
         ResolveRefusal::Helper(m) => Status::internal(format!(

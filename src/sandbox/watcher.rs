@@ -326,6 +326,10 @@ fn release_dirs(inner: &Inner, state: &mut State, dirs: &[PathBuf]) {
 
 fn watch_loop(inner: &Inner) {
     let mut buf = vec![0u8; 64 * 1024];
+    // The rescan runs on a clock, not only when inotify is quiet: a sandbox that keeps a watched
+    // directory busy must not postpone it (a guarded path whose parent appeared later is found
+    // by the rescan alone).
+    let mut last_rescan = std::time::Instant::now();
     loop {
         let mut fds = [libc::pollfd {
             fd: inner.inotify.as_raw_fd(),
@@ -342,7 +346,10 @@ fn watch_loop(inner: &Inner) {
             continue;
         }
         let mut candidates: Vec<PathBuf> = Vec::new();
-        let mut rescan = n == 0;
+        let mut rescan = n == 0 || last_rescan.elapsed() >= RESCAN;
+        if rescan {
+            last_rescan = std::time::Instant::now();
+        }
         if n > 0 {
             // SAFETY: reading into our buffer.
             let len = unsafe {

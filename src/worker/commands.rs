@@ -3,7 +3,7 @@
 //! denial evidence it produces.
 
 use crate::sandbox::policy::SandboxPolicy;
-use crate::sandbox::watcher::{Guard, GuardReport};
+use crate::sandbox::watcher::{CallGuard, Guard, GuardReport};
 use crate::tools::shell::capture::{CaptureBuffer, CaptureLimits};
 use crate::tools::shell::{ExecOutcome, ExecRequest, OutputChunk};
 use crate::tools::{CommandRunner, ToolError};
@@ -97,6 +97,26 @@ impl SandboxedRunner {
             mark_blocked(&mut outcome, &guard, on_chunk);
         }
         Ok(RunReport { outcome, guard })
+    }
+
+    /// Starts guarding for a call that is not a command (apply_patch); `None` when the worker
+    /// has nothing to guard.
+    pub fn guard_call(&self) -> Result<Option<CallGuard>, ToolError> {
+        match &self.guard {
+            Some(guard) => guard.begin(&self.protected_missing).map(Some).map_err(|e| {
+                ToolError::new(
+                    crate::tools::ErrorKind::Internal,
+                    format!("sandbox could not watch protected paths: {e}"),
+                )
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// Ends a [`SandboxedRunner::guard_call`]: the guard's findings as one text, if any.
+    pub fn guard_finish(&self, call: Option<CallGuard>) -> Option<String> {
+        let report = call?.finish();
+        (!report.is_empty()).then(|| report.lines().join("\n"))
     }
 
     pub fn sandbox_denied(&self, report: &RunReport) -> bool {

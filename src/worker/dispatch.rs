@@ -56,7 +56,7 @@ pub fn execute(
         Call::ReadFile(req) => read_file_call(ctx, req).map(Reply::ReadFile),
         Call::ListDir(req) => list_dir_call(ctx, req).map(Reply::ListDir),
         Call::GrepFiles(req) => grep_files_call(ctx, req).map(Reply::GrepFiles),
-        Call::ApplyPatch(req) => apply_patch_call(ctx, req).map(Reply::ApplyPatch),
+        Call::ApplyPatch(req) => guarded_apply_patch(ctx, runner, req).map(Reply::ApplyPatch),
         Call::Shell(req) => shell_call(ctx, runner, req, stream, emit).map(|resp| {
             if stream {
                 Reply::ShellEvent(api::ShellStreamEvent {
@@ -66,17 +66,52 @@ pub fn execute(
                 Reply::Shell(resp)
             }
         }),
-        Call::Invoke(req) => {
-            let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
-            Ok(Reply::Invoke(api::InvokeResponse {
-                call_id: req.call_id,
-                output: out.output,
-                success: out.success,
-            }))
-        }
+        Call::Invoke(req) => guarded_invoke(ctx, runner, req),
         Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))
+}
+
+/// apply_patch checks its targets up front but writes later, by path: a concurrent command
+/// could swap a directory on the way for a symlink in between. The guard takes away any
+/// protected name the patch brought into being, and the patch fails saying so.
+fn guarded_apply_patch(
+    ctx: &ToolContext,
+    runner: &SandboxedRunner,
+    req: api::ApplyPatchRequest,
+) -> Result<api::ApplyPatchResponse, ToolError> {
+    let call = runner.guard_call()?;
+    let result = apply_patch_call(ctx, req);
+    match runner.guard_finish(call) {
+        Some(lines) => Err(ToolError::new(
+            crate::tools::ErrorKind::PermissionDenied,
+            format!("patch rejected: {lines}"),
+        )),
+        None => result,
+    }
+}
+
+/// A model's call. Commands have their own guard (`runner.run_checked`); a patch gets one here.
+fn guarded_invoke(
+    ctx: &ToolContext,
+    runner: &SandboxedRunner,
+    req: api::InvokeRequest,
+) -> Result<Reply, ToolError> {
+    let call = if req.name == "apply_patch" {
+        runner.guard_call()?
+    } else {
+        None
+    };
+    let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
+    let (output, success) = match runner.guard_finish(call) {
+        Some(lines) => (format!("patch rejected: {lines}"), false),
+        None => (out.output, out.success),
+    };
+    Ok(Reply::Invoke(api::InvokeResponse {
+        call_id: req.call_id,
+        output,
+        success,
+    }))
 }
 
 /// A u64 from the wire as a usize (saturating on 32-bit hosts, where nothing that large fits).

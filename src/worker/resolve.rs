@@ -27,8 +27,9 @@ pub struct ResolveRequest {
 /// Why a session's paths were refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResolveRefusal {
-    /// A requested path is wrong (missing cwd, not a directory): INVALID_ARGUMENT.
-    Invalid(String),
+    /// A requested path is wrong (missing cwd, not a directory): INVALID_ARGUMENT naming the
+    /// request field (`cwd`, `writable_roots`).
+    Invalid { field: String, message: String },
     /// The caller may not use a path it named: PERMISSION_DENIED.
     Denied(String),
     /// A protection cannot be enforced (writable symlink, unreadable pointer): FAILED_PRECONDITION.
@@ -60,15 +61,23 @@ fn run() -> ResolveAnswer {
     let req: ResolveRequest = serde_json::from_slice(&raw)
         .map_err(|e| ResolveRefusal::Helper(format!("bad request: {e}")))?;
     become_caller(&req.params)?;
-    check_access(&req.params)?;
-    build_policy(&req.params).map_err(|e| match e {
-        PolicyError::Cwd { .. } | PolicyError::InvalidRoot { .. } => {
-            ResolveRefusal::Invalid(e.to_string())
-        }
+    // Resolve first (a missing or non-directory cwd is the caller's mistake: INVALID_ARGUMENT,
+    // as the caller sees it), then the caller's access to what exists.
+    let policy = build_policy(&req.params).map_err(|e| match e {
+        PolicyError::Cwd { .. } => ResolveRefusal::Invalid {
+            field: "cwd".into(),
+            message: e.to_string(),
+        },
+        PolicyError::InvalidRoot { .. } => ResolveRefusal::Invalid {
+            field: "writable_roots".into(),
+            message: e.to_string(),
+        },
         PolicyError::WritableSymlink { .. } | PolicyError::Inspect { .. } => {
             ResolveRefusal::Unenforceable(e.to_string())
         }
-    })
+    })?;
+    check_access(&req.params)?;
+    Ok(policy)
 }
 
 /// Takes the caller's identity (when the daemon is root) and keeps no privilege at all.
