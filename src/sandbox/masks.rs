@@ -1,5 +1,9 @@
-//! Paths hidden from every sandboxed worker besides corral's own state: container-runtime
-//! sockets, because a reachable runtime socket is root on the host (spec/sandbox.md §2.7).
+//! Paths hidden from every sandboxed worker besides the serving daemon's own state:
+//! - container-runtime sockets, because a reachable runtime socket is root on the host
+//!   (spec/sandbox.md §2.7);
+//! - the default socket directories of every corral daemon (system and per-user), because with
+//!   the network on a sandbox could otherwise ask another corral daemon for a less confined
+//!   session (spec/sandbox.md §8.6 H7).
 
 use std::path::PathBuf;
 
@@ -11,8 +15,11 @@ const SYSTEM_RUNTIME_SOCKETS: &[&str] = &[
     "/run/podman/podman.sock",
 ];
 
-/// The runtime sockets to mask for a session owned by `uid`: the system ones and the owner's
-/// rootless ones.
+/// The system corral daemon's socket directory (see `daemon::socket::SYSTEM_SOCKET`).
+pub const SYSTEM_CORRAL_DIR: &str = "/run/corral";
+
+/// The sockets and socket directories to mask for a session owned by `uid`: the system runtime
+/// sockets, the owner's rootless ones, and every default corral socket directory.
 pub fn runtime_sockets(uid: u32) -> Vec<PathBuf> {
     SYSTEM_RUNTIME_SOCKETS
         .iter()
@@ -20,6 +27,35 @@ pub fn runtime_sockets(uid: u32) -> Vec<PathBuf> {
         .chain([
             PathBuf::from(format!("/run/user/{uid}/docker.sock")),
             PathBuf::from(format!("/run/user/{uid}/podman/podman.sock")),
+            PathBuf::from(SYSTEM_CORRAL_DIR),
+            // A per-user daemon's default: $XDG_RUNTIME_DIR/corral, which is this on systemd
+            // hosts (the daemon cannot know another process's XDG_RUNTIME_DIR).
+            PathBuf::from(format!("/run/user/{uid}/corral")),
         ])
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_corral_socket_directory_is_masked() {
+        let masks = runtime_sockets(1004);
+        for want in [
+            "/run/corral",
+            "/run/user/1004/corral",
+            "/run/docker.sock",
+            "/run/user/1004/docker.sock",
+        ] {
+            assert!(
+                masks.contains(&PathBuf::from(want)),
+                "{want} missing: {masks:?}"
+            );
+        }
+        // The default socket paths of both the daemon and the clients lie under a masked
+        // directory (root's system socket; a user's per-user socket under /run/user/UID).
+        let system = PathBuf::from(crate::daemon::socket::SYSTEM_SOCKET);
+        assert!(masks.iter().any(|m| system.starts_with(m)), "{system:?}");
+    }
 }
