@@ -91,6 +91,28 @@ impl Drop for Served {
     }
 }
 
+/// Runs `cmd` to completion, but kills it and fails after 20 s: a daemon that should have refused
+/// to start would otherwise serve forever and hang the test.
+fn output_within(cmd: &mut Command) -> std::process::Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("{cmd:?} was still running after 20 s (it should have refused to start)");
+        }
+    }
+}
+
 /// Runs `WRAPPER... corral ARGS` on the host; returns (status, stdout, stderr).
 fn cli(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let mut cmd = match wrapper.split_first() {
@@ -210,9 +232,8 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
     let marks = common::outside();
     let mark = marks.path().join("escaped");
     let mark_s = mark.to_str().unwrap().to_string();
-    let escalate = format!(
-        r#"{{"command":["touch","{mark_s}"],"with_escalated_permissions":true}}"#
-    );
+    let escalate =
+        format!(r#"{{"command":["touch","{mark_s}"],"with_escalated_permissions":true}}"#);
 
     // Baselines on the host: B serves danger-full-access, and escalation really runs.
     let (code, _, err) = cli(&[], &open_dfa_args(&cwd, &b), &[]);
@@ -234,7 +255,14 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
     let (code, out, err) = cli(
         &[],
         &[
-            "invoke", "shell", &escalate, "--session", &ro, "--socket", &b, "--json",
+            "invoke",
+            "shell",
+            &escalate,
+            "--session",
+            &ro,
+            "--socket",
+            &b,
+            "--json",
         ],
         &[],
     );
@@ -273,12 +301,18 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
         ),
     )
     .await;
-    assert!(out.contains("rc="), "B is reachable and serves read-only: {out}");
+    assert!(
+        out.contains("rc="),
+        "B is reachable and serves read-only: {out}"
+    );
     assert!(
         out.contains("\"success\":false") && out.contains("escalat"),
         "escalation must be refused: {out}"
     );
-    assert!(!mark.exists(), "an escalated command ran for a sandboxed caller");
+    assert!(
+        !mark.exists(),
+        "an escalated command ran for a sandboxed caller"
+    );
 }
 
 #[tokio::test]
@@ -351,12 +385,17 @@ async fn h17_the_daemon_refuses_to_listen_in_an_untrusted_directory() {
     chown(theirs.path(), Some(65534), Some(65534)).unwrap();
     for (dir, says) in [(open.path(), "0777"), (theirs.path(), "uid 65534")] {
         let socket = dir.join("corral.sock");
-        let out = Command::new(CORRAL)
-            .args(["serve", "--listen", &format!("unix:{}", socket.display())])
-            .output()
-            .unwrap();
+        let out = output_within(Command::new(CORRAL).args([
+            "serve",
+            "--listen",
+            &format!("unix:{}", socket.display()),
+        ]));
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "must refuse {}: {err}", dir.display());
+        assert!(
+            !out.status.success(),
+            "must refuse {}: {err}",
+            dir.display()
+        );
         assert!(
             err.contains(&dir.display().to_string()) && err.contains(says),
             "the error names the directory and why: {err}"
@@ -381,22 +420,22 @@ async fn h17_a_daemon_that_is_not_root_needs_a_runtime_dir_and_never_uses_tmp() 
     std::fs::copy(CORRAL, &bin).unwrap();
     let fallback = Path::new("/tmp/corral-65534");
     let _ = std::fs::remove_dir_all(fallback);
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&bin)
-        .arg("serve")
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("CORRAL_SOCKET")
-        .current_dir("/")
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&bin)
+            .arg("serve")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("CORRAL_SOCKET")
+            .current_dir("/"),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -537,7 +576,8 @@ async fn h16_commands_get_a_sane_default_environment_and_no_daemon_secrets() {
     assert_eq!(got, want, "exactly the defaults");
     let path = &got.iter().find(|(k, _)| k == "PATH").unwrap().1;
     assert!(
-        path.split(':').all(|p| !p.is_empty() && p != "." && p.starts_with('/')),
+        path.split(':')
+            .all(|p| !p.is_empty() && p != "." && p.starts_with('/')),
         "{path}"
     );
     assert!(!got.iter().any(|(k, _)| k == "SECRET_TOKEN"));
@@ -570,13 +610,7 @@ async fn a_closed_stderr_does_not_take_the_daemon_down() {
     let dir = common::outside();
     let socket = dir.path().join("c.sock");
     let (reader, writer) = std::io::pipe().unwrap();
-    let mut d = Served::start(
-        &socket,
-        &["--log-level", "debug"],
-        &[],
-        Stdio::from(writer),
-    )
-    .await;
+    let mut d = Served::start(&socket, &["--log-level", "debug"], &[], Stdio::from(writer)).await;
     // Baseline: it was logging into the pipe.
     let mut reader = reader;
     let mut first = [0u8; 16];
@@ -589,11 +623,7 @@ async fn a_closed_stderr_does_not_take_the_daemon_down() {
     let cwd = ws.path().to_str().unwrap();
     // Open sessions and run calls: every one of them logs.
     for _ in 0..3 {
-        let (code, id, err) = cli(
-            &[],
-            &["open-session", "--cwd", cwd, "--socket", &s],
-            &[],
-        );
+        let (code, id, err) = cli(&[], &["open-session", "--cwd", cwd, "--socket", &s], &[]);
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = cli(
             &[],

@@ -177,7 +177,10 @@ mod tests {
         );
         assert_eq!(d(None, true).unwrap(), SYSTEM_SOCKET);
         let err = d(None, false).unwrap_err();
-        assert!(err.contains("XDG_RUNTIME_DIR") && err.contains("--listen"), "{err}");
+        assert!(
+            err.contains("XDG_RUNTIME_DIR") && err.contains("--listen"),
+            "{err}"
+        );
         let err = d(Some(PathBuf::new()), false).unwrap_err();
         assert!(err.contains("XDG_RUNTIME_DIR"), "{err}");
     }
@@ -198,7 +201,10 @@ mod tests {
         check_dir(&own.path().join("s.sock"), me).unwrap();
         let open = dir_with(0o777, None);
         let err = check_dir(&open.path().join("s.sock"), me).unwrap_err();
-        assert!(err.contains("0777") && err.contains(&open.path().display().to_string()), "{err}");
+        assert!(
+            err.contains("0777") && err.contains(&open.path().display().to_string()),
+            "{err}"
+        );
         let group = dir_with(0o770, None);
         assert!(check_dir(&group.path().join("s.sock"), me).is_err());
         let sticky = dir_with(0o1777, None);
