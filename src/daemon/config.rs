@@ -462,6 +462,8 @@ mod tests {
         let args = ServeArgs {
             config: Some(file.clone()),
             max_sessions: Some(9),
+            // Explicit, so the test does not depend on XDG_RUNTIME_DIR or the uid.
+            listen: Some("unix:/run/corral/corral.sock".parse().unwrap()),
             ..Default::default()
         };
         let cfg = Config::load(&args).unwrap();
