@@ -338,36 +338,56 @@ async fn h7_default_corral_socket_directories_are_masked() {
     let _cleanup = Cleanup(probe.clone(), dir.clone(), created);
     let probe_s = probe.display().to_string();
 
-    let d = Daemon::start(&[]).await;
-    let ws = common::scratch();
     // Baseline: the host sees the file.
     let (code, _) = common::host_sh(&format!("test -f {probe_s}"));
     assert_eq!(code, 0);
-    let session = d
-        .open_with(api::OpenSessionRequest {
-            cwd: ws.path().to_string_lossy().into_owned(),
-            mode: api::SandboxMode::WorkspaceWrite as i32,
-            network_access: true,
-            env: common::session_env(ws.path()),
-            ..Default::default()
-        })
-        .await;
-    let ran = d
-        .sh(
-            &session,
-            &format!(
-                "echo entries=$(ls -A {} | wc -l); cat {probe_s} 2>/dev/null; echo cat=$?",
-                dir.display()
-            ),
-        )
-        .await;
+    let ws = common::scratch();
+    let script = format!(
+        "echo entries=$(ls -A {} | wc -l); cat {probe_s} 2>/dev/null; echo cat=$?",
+        dir.display()
+    );
+    let session_req = || api::OpenSessionRequest {
+        cwd: ws.path().to_string_lossy().into_owned(),
+        mode: api::SandboxMode::WorkspaceWrite as i32,
+        network_access: true,
+        env: common::session_env(ws.path()),
+        ..Default::default()
+    };
+    let d = Daemon::start(&[]).await;
+    let session = d.open_with(session_req()).await;
+    let ran = d.sh(&session, &script).await;
     assert!(
         ran.output.contains("entries=0") && ran.output.contains("cat=1"),
         "the per-user corral directory is visible in the sandbox: {}",
         ran.output
     );
     assert!(!ran.output.contains("visible"), "{}", ran.output);
-    // Host-side: the mask hid the directory without touching it.
+
+    // A daemon whose own state directory holds that directory (it listens right in
+    // /run/user/UID): the two masks nest, and sandboxes must still start.
+    let socket = PathBuf::from(format!("/run/user/{uid}/noway-{}.sock", std::process::id()));
+    let outer = Served::start(&socket, &[], &[], Stdio::null()).await;
+    let channel = corral::client::connect(outer.target()).await.unwrap();
+    let id = api::sessions_client::SessionsClient::new(channel.clone())
+        .open_session(session_req())
+        .await
+        .expect("a sandbox with nested masks must start")
+        .into_inner()
+        .session_id;
+    let r = api::tools_client::ToolsClient::new(channel)
+        .shell(api::ShellRequest {
+            session_id: id,
+            command: vec!["bash".into(), "-c".into(), script.clone()],
+            ..Default::default()
+        })
+        .await
+        .expect("shell")
+        .into_inner();
+    let out = String::from_utf8_lossy(&r.stdout.unwrap_or_default().head).into_owned();
+    assert!(out.contains("cat=1") && !out.contains("visible"), "{out}");
+    drop(outer);
+    assert!(!socket.exists());
+    // Host-side: the masks hid the directory without touching it.
     assert!(probe.exists());
 }
 

@@ -35,9 +35,49 @@ pub fn runtime_sockets(uid: u32) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Everything a sandbox of `uid` must not see: the serving daemon's own `state` paths and
+/// `runtime_sockets(uid)`. A path inside another one of the list is left out: the outer mask
+/// already hides it, and once the outer directory is masked the inner path no longer exists to
+/// mount on (e.g. a daemon whose state is `/run/user/0` and the mask `/run/user/0/corral`).
+pub fn masked_paths(state: &[PathBuf], uid: u32) -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = state.iter().cloned().chain(runtime_sockets(uid)).collect();
+    all.dedup();
+    let outer = all.clone();
+    all.retain(|p| !outer.iter().any(|q| q != p && p.starts_with(q)));
+    let mut seen = std::collections::HashSet::new();
+    all.retain(|p| seen.insert(p.clone()));
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nested_masks_are_left_to_the_outer_one() {
+        let state = vec![
+            PathBuf::from("/run/user/0"),
+            PathBuf::from("/etc/corral.toml"),
+        ];
+        let masks = masked_paths(&state, 0);
+        assert!(masks.contains(&PathBuf::from("/run/user/0")));
+        assert!(masks.contains(&PathBuf::from("/etc/corral.toml")));
+        assert!(masks.contains(&PathBuf::from("/run/corral")));
+        assert!(
+            !masks.iter().any(|m| m.starts_with("/run/user/0/")),
+            "{masks:?}"
+        );
+        // The same directory as state and as a default socket directory: masked once.
+        let masks = masked_paths(&[PathBuf::from("/run/corral")], 7);
+        assert_eq!(
+            masks
+                .iter()
+                .filter(|m| **m == PathBuf::from("/run/corral"))
+                .count(),
+            1
+        );
+        assert!(masks.contains(&PathBuf::from("/run/user/7/corral")));
+    }
 
     #[test]
     fn every_default_corral_socket_directory_is_masked() {
