@@ -52,6 +52,7 @@ pub fn masked_paths(state: &[PathBuf], uid: u32) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn nested_masks_are_left_to_the_outer_one() {
@@ -64,7 +65,9 @@ mod tests {
         assert!(masks.contains(&PathBuf::from("/etc/corral.toml")));
         assert!(masks.contains(&PathBuf::from("/run/corral")));
         assert!(
-            !masks.iter().any(|m| m.starts_with("/run/user/0/")),
+            !masks
+                .iter()
+                .any(|m| m != Path::new("/run/user/0") && m.starts_with("/run/user/0")),
             "{masks:?}"
         );
         // The same directory as state and as a default socket directory: masked once.
@@ -72,7 +75,7 @@ mod tests {
         assert_eq!(
             masks
                 .iter()
-                .filter(|m| **m == PathBuf::from("/run/corral"))
+                .filter(|m| m.as_path() == Path::new("/run/corral"))
                 .count(),
             1
         );
