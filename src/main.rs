@@ -49,7 +49,7 @@ fn main() -> std::process::ExitCode {
             {
                 Ok(rt) => rt,
                 Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
+                    report(&format!("cannot start the async runtime: {e}"));
                     return std::process::ExitCode::from(2);
                 }
             };
@@ -63,7 +63,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     let config = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            report(&e);
             return std::process::ExitCode::from(2);
         }
     };
@@ -72,7 +72,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     let activated = match corral::daemon::listener::from_socket_activation() {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("error: {e}");
+            report(&e);
             return std::process::ExitCode::from(2);
         }
     };
@@ -82,7 +82,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            report(&format!("cannot start the async runtime: {e}"));
             return std::process::ExitCode::from(2);
         }
     };
@@ -100,9 +100,19 @@ fn init_logging(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A closed stderr (the terminal or log pipe went away) must not take the daemon down:
+        // tracing-subscriber would otherwise report the failed write with eprintln!, which
+        // panics on EPIPE. Lost log lines are the lesser evil.
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// `error: MESSAGE` on stderr; a closed stderr is ignored (eprintln! would panic on EPIPE).
+fn report(message: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "error: {message}");
 }

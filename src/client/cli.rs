@@ -14,7 +14,9 @@ use tonic::transport::Channel;
 #[derive(Debug, Clone, Args)]
 pub struct Common {
     /// Client commands: the daemon to call, a socket path, unix:PATH or tcp:HOST:PORT (default:
-    /// this user's daemon, else the system daemon). Not used by `serve` (see --listen).
+    /// $CORRAL_SOCKET, else this user's daemon if it is listening, else the system daemon). The
+    /// socket must be owned by root or you, in a directory owned by root or you that is not
+    /// group/world-writable. Not used by `serve` (see --listen).
     #[arg(long, global = true, value_name = "ADDR")]
     pub socket: Option<String>,
     /// Client commands: print machine-readable JSON.
@@ -126,25 +128,17 @@ pub async fn run(common: Common, command: ClientCommand) -> i32 {
     }
 }
 
-/// The daemon to call without `--socket`: this user's own daemon if one is listening, else the
-/// system daemon (`/run/corral/corral.sock`), which serves every local user as themselves.
-fn default_target() -> String {
-    let own = crate::daemon::config::default_socket_path();
-    let system = std::path::Path::new("/run/corral/corral.sock");
-    let chosen = if !own.exists() && system.exists() {
-        system
-    } else {
-        own.as_path()
-    };
-    chosen.to_string_lossy().into_owned()
-}
-
 fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
 async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String> {
-    let target = common.socket.clone().unwrap_or_else(default_target);
+    // The socket rule shared with `corral serve`: --socket > CORRAL_SOCKET > this user's daemon
+    // (if one is listening) > the system daemon, which serves every local user as themselves.
+    let target = crate::daemon::socket::choose(
+        common.socket.as_deref(),
+        crate::daemon::socket::Side::Client,
+    )?;
     let channel = connect(&target).await?;
     match command {
         ClientCommand::Health => {

@@ -4,7 +4,8 @@ use hyper_util::rt::TokioIo;
 use std::path::PathBuf;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// Connects to `target`: a socket path, `unix:PATH`, or `tcp:HOST:PORT`.
+/// Connects to `target`: a socket path, `unix:PATH`, or `tcp:HOST:PORT`. A Unix socket must
+/// pass `daemon::socket::check_client` (owned by root or this user, in a trusted directory).
 pub async fn connect(target: &str) -> Result<Channel, String> {
     if let Some(addr) = target.strip_prefix("tcp:") {
         return Endpoint::from_shared(format!("http://{addr}"))
@@ -15,6 +16,8 @@ pub async fn connect(target: &str) -> Result<Channel, String> {
     }
     let path = PathBuf::from(target.strip_prefix("unix:").unwrap_or(target));
     let shown = path.display().to_string();
+    // Never talk to an impostor: a socket another user could have planted is refused.
+    crate::daemon::socket::check_client(&path, nix::unistd::geteuid().as_raw())?;
     // The URI is required by the API but unused: the connector below dials the socket.
     Endpoint::from_static("http://corral.invalid")
         .connect_with_connector(tower::service_fn(move |_: Uri| {

@@ -37,7 +37,7 @@ impl std::str::FromStr for ListenAddr {
             return Ok(ListenAddr::Tcp(addr));
         }
         Err(format!(
-            "listen address `{s}` must start with unix: or tcp: (e.g. unix:/tmp/corral.sock, tcp:127.0.0.1:7878)"
+            "listen address `{s}` must start with unix: or tcp: (e.g. unix:/run/corral/corral.sock, tcp:127.0.0.1:7878)"
         ))
     }
 }
@@ -66,8 +66,9 @@ pub struct ServeArgs {
     /// TOML config file; every key below may be set there (flags win).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback only). Default:
-    /// $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root.
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback only). Default: $CORRAL_SOCKET,
+    /// else $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root. The
+    /// socket's directory must be owned by root or this user and not group/world-writable.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<ListenAddr>,
     /// Permissions of the Unix socket file, octal. Default: 0666 as root (local users connect
@@ -226,7 +227,7 @@ impl Config {
         let listen = match (&args.listen, &file.listen) {
             (Some(l), _) => l.clone(),
             (None, Some(s)) => s.parse().map_err(|e| format!("config key `listen`: {e}"))?,
-            (None, None) => ListenAddr::Unix(default_socket_path()),
+            (None, None) => default_listen()?,
         };
         let mut tls = file.tls.clone().unwrap_or_default();
         tls.cert = args.tls_cert.clone().or(tls.cert);
@@ -388,19 +389,19 @@ fn read_file_config(path: &Path) -> Result<FileConfig, String> {
     toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
 }
 
-/// `$XDG_RUNTIME_DIR/corral/corral.sock`, or `/run/corral/corral.sock` as root, or
-/// `/tmp/corral-$UID/corral.sock` when neither applies.
-pub fn default_socket_path() -> PathBuf {
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/run/corral/corral.sock");
+/// Where the daemon listens without `--listen` or a `listen` key: the socket rule
+/// (`daemon::socket::choose`), i.e. `CORRAL_SOCKET`, else `$XDG_RUNTIME_DIR/corral/corral.sock`,
+/// else `/run/corral/corral.sock` as root. A daemon that is not root and has neither refuses to
+/// start rather than falling back to `/tmp`.
+pub fn default_listen() -> Result<ListenAddr, String> {
+    let address = crate::daemon::socket::choose(None, crate::daemon::socket::Side::Daemon)?;
+    if address.starts_with("unix:") || address.starts_with("tcp:") {
+        return address
+            .parse()
+            .map_err(|e| format!("{}: {e}", crate::daemon::socket::SOCKET_ENV));
     }
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("corral/corral.sock"),
-        None => PathBuf::from(format!(
-            "/tmp/corral-{}/corral.sock",
-            nix::unistd::geteuid()
-        )),
-    }
+    // Clients accept a bare socket path in CORRAL_SOCKET, so the daemon does too.
+    Ok(ListenAddr::Unix(PathBuf::from(address)))
 }
 
 #[cfg(test)]
@@ -472,6 +473,8 @@ mod tests {
         let args = ServeArgs {
             config: Some(file.clone()),
             max_sessions: Some(9),
+            // Explicit, so the test does not depend on XDG_RUNTIME_DIR or the uid.
+            listen: Some("unix:/run/corral/corral.sock".parse().unwrap()),
             ..Default::default()
         };
         let cfg = Config::load(&args).unwrap();

@@ -105,12 +105,7 @@ impl Executor {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            masked_paths: self
-                .state_paths
-                .iter()
-                .cloned()
-                .chain(crate::sandbox::masks::runtime_sockets(session.owner_uid))
-                .collect(),
+            masked_paths: crate::sandbox::masks::masked_paths(&self.state_paths, session.owner_uid),
             identity: session.identity.clone(),
             limits: {
                 let mut limits = match &session.rule {

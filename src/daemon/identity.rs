@@ -4,8 +4,6 @@
 use crate::sandbox::policy::Identity;
 use nix::unistd::{Gid, Uid, User};
 use std::ffi::CString;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use tonic::{Request, Status};
 
 /// The caller of one RPC.
@@ -161,50 +159,4 @@ pub fn worker_identity(
         gid: user.gid.as_raw(),
         groups,
     }))
-}
-
-/// Whether `identity` may read (and, if `write`, write) the directory `path` by its permission
-/// bits — the default rule for a session's cwd and writable roots: only places the caller can
-/// already use. `None` (root or the daemon's own user) may use anything the daemon may.
-pub fn may_use(path: &Path, identity: Option<&Identity>, write: bool) -> bool {
-    let Some(id) = identity else { return true };
-    let Ok(meta) = std::fs::metadata(path) else {
-        return false;
-    };
-    let mode = meta.mode();
-    let (r, w, x) = if meta.uid() == id.uid {
-        (0o400, 0o200, 0o100)
-    } else if meta.gid() == id.gid || id.groups.contains(&meta.gid()) {
-        (0o040, 0o020, 0o010)
-    } else {
-        (0o004, 0o002, 0o001)
-    };
-    let needed = if write { r | w | x } else { r | x };
-    mode & needed == needed
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn permission_bits_decide_for_other_users() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path();
-        let me = nix::unistd::geteuid().as_raw();
-        let stranger = Identity {
-            uid: me + 4242,
-            gid: 4242,
-            groups: vec![4242],
-        };
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
-        assert!(!may_use(p, Some(&stranger), false));
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(may_use(p, Some(&stranger), false));
-        assert!(!may_use(p, Some(&stranger), true));
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(may_use(p, Some(&stranger), true));
-        assert!(may_use(p, None, true));
-    }
 }

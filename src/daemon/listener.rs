@@ -1,5 +1,6 @@
-//! Binding the listening socket: a Unix socket (refusing a live one, replacing a stale one,
-//! with the configured permissions) or a loopback TCP port.
+//! Binding the listening socket: a Unix socket (in a directory only root or the daemon's user
+//! can write, refusing a live one, replacing a stale one, with the configured permissions) or
+//! a loopback TCP port.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -8,15 +9,21 @@ use std::path::Path;
 /// Binds a Unix socket at `path`. A socket file nobody answers on is stale and replaced; a live
 /// one means another daemon is serving there, and we refuse to start.
 pub fn bind_unix(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, String> {
+    let me = nix::unistd::geteuid();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
     {
+        // As root, local users must reach the socket; otherwise the directory is private.
+        let mode = if me.is_root() { 0o755 } else { 0o700 };
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o755)
+            .mode(mode)
             .create(dir)
             .map_err(|e| format!("cannot create socket directory {}: {e}", dir.display()))?;
     }
+    // Before touching anything in it: clients refuse sockets in such directories, and a stale
+    // "socket" there may be someone else's.
+    crate::daemon::socket::check_dir(path, me.as_raw())?;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             match std::os::unix::net::UnixStream::connect(path) {

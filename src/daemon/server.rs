@@ -196,6 +196,7 @@ pub async fn serve(
 }
 
 fn announce(addr: &ListenAddr) {
+    use std::io::Write;
     tracing::info!(listen = %addr, "corral is serving");
     let socket_flag = match addr {
         ListenAddr::Unix(p) => format!("--socket {}", p.display()),
@@ -206,8 +207,11 @@ fn announce(addr: &ListenAddr) {
     let bin = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "corral".into());
-    eprintln!("corral listening on {addr}");
-    eprintln!("try: {bin} health {socket_flag}   or   {bin} list-dir {socket_flag} .");
+    // Not eprintln!: it panics when stderr is a closed pipe, and the daemon must keep serving.
+    let _ = writeln!(
+        std::io::stderr(),
+        "corral listening on {addr}\ntry: {bin} health {socket_flag}   or   {bin} list-dir {socket_flag} ."
+    );
 }
 
 /// Resolves when the server task ends on its own.

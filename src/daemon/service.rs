@@ -561,6 +561,8 @@ impl Sessions for CorralService {
         let mode_given = req.mode != api::SandboxMode::Unspecified as i32;
         self.executor.resolve_profile(&mut session, mode_given)?;
         session.owner_uid = caller.uid;
+        session.env =
+            crate::daemon::environment::session_env(caller.uid, std::mem::take(&mut session.env));
         session.identity = worker_identity(caller, self.root_callers)?;
         let rule = self.rule_for(caller, session.identity.as_ref());
         rule.check_mode(session.mode)
@@ -580,6 +582,9 @@ impl Sessions for CorralService {
                 "root callers may use the sandboxed modes only (root_callers = confined); \
                  danger-full-access for root needs root_callers = trusted",
             ));
+        }
+        if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
+            crate::daemon::peer::refuse_if_sandboxed(caller)?;
         }
         let policy = self.executor.policy_for(&session).await?;
         // H10: the operator's `roots_under` holds for the canonical form of every root the
@@ -794,6 +799,7 @@ impl CorralService {
         self.allow_escalation
             && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
             && self.rule_for(caller, None).allow_escalation
+            && !crate::daemon::peer::is_sandboxed(caller.pid, caller.uid)
     }
 }
 

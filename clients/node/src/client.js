@@ -1,9 +1,10 @@
 // The corral client: one gRPC channel to a daemon, sessions, typed tool RPCs and the bridge.
-import { homedir } from 'node:os';
-import { isAbsolute, join, resolve } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { corralPackage } from './proto.js';
-import { fromGrpcError, CorralError, NotFoundError } from './errors.js';
+import { fromGrpcError, CorralError, NotFoundError, PermissionDeniedError } from './errors.js';
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
 const dispose = Symbol.dispose ?? Symbol.for('Symbol.dispose');
@@ -38,12 +39,71 @@ const STREAMS = { OUTPUT_STREAM_STDOUT: 'stdout', OUTPUT_STREAM_STDERR: 'stderr'
  * @typedef {{callId: string, output: string, success: boolean}} InvokeResult
  */
 
-/** The daemon's default socket, as `corral serve` picks it. */
+/** The environment variable naming the daemon's socket (any address form). */
+export const SOCKET_ENV = 'CORRAL_SOCKET';
+/** The system daemon's socket. */
+export const SYSTEM_SOCKET = '/run/corral/corral.sock';
+
+/**
+ * The daemon to call when no address is given: the socket rule shared with the `corral` CLI
+ * (src/daemon/socket.rs). $CORRAL_SOCKET, else $XDG_RUNTIME_DIR/corral/corral.sock when not root
+ * and a daemon is there, else the system daemon. Never a /tmp location another user could create.
+ */
 export function defaultTarget() {
-  if (process.env.CORRAL_SOCKET) return process.env.CORRAL_SOCKET;
-  if (process.getuid?.() === 0) return 'unix:/run/corral/corral.sock';
-  const runtime = process.env.XDG_RUNTIME_DIR;
-  return `unix:${join(runtime || join(homedir(), '.local', 'run'), 'corral', 'corral.sock')}`;
+  if (process.env[SOCKET_ENV]) return process.env[SOCKET_ENV];
+  if (process.geteuid?.() !== 0) {
+    const runtime = process.env.XDG_RUNTIME_DIR;
+    if (runtime) {
+      const own = join(runtime, 'corral', 'corral.sock');
+      if (existsSync(own)) return `unix:${own}`;
+    }
+  }
+  return `unix:${SYSTEM_SOCKET}`;
+}
+
+function describeUid(uid) {
+  const r = spawnSync('getent', ['passwd', String(uid)], { encoding: 'utf8' });
+  const name = r.status === 0 ? r.stdout.split(':')[0] : '';
+  return name ? `uid ${uid} (${name})` : `uid ${uid}`;
+}
+
+function refuse(message) {
+  return new PermissionDeniedError(message, { code: 'PERMISSION_DENIED', grpcCode: grpc.status.PERMISSION_DENIED });
+}
+
+/**
+ * Refuses a Unix socket another user could have planted (throws PermissionDeniedError): its
+ * directory must be owned by root or `uid` (default: this process's) and not writable by group or
+ * others, and the socket itself owned by root or `uid`. A missing socket passes (connecting
+ * reports it). The same check as the `corral` CLI.
+ * @param {string} path
+ * @param {number} [uid]
+ */
+export function checkSocket(path, uid = process.geteuid?.() ?? 0) {
+  let sock;
+  try {
+    sock = statSync(path);
+  } catch (err) {
+    if (err.code === 'ENOENT') return;
+    throw err;
+  }
+  const dir = dirname(path);
+  const st = statSync(dir);
+  const mode = st.mode & 0o7777;
+  if ((st.uid !== 0 && st.uid !== uid) || (mode & 0o022) !== 0) {
+    throw refuse(
+      `refusing socket ${path}: its directory ${dir} is owned by ${describeUid(st.uid)} with mode ` +
+        `${mode.toString(8).padStart(4, '0')}; a corral socket's directory must be owned by root or ` +
+        `${describeUid(uid)} and not writable by group or others, or another user could put an ` +
+        'impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)',
+    );
+  }
+  if (sock.uid !== 0 && sock.uid !== uid) {
+    throw refuse(
+      `refusing socket ${path}: it is owned by ${describeUid(sock.uid)}, not by root or ` +
+        `${describeUid(uid)}; it may be an impostor`,
+    );
+  }
 }
 
 /**
@@ -115,7 +175,7 @@ function shellRequest(sessionId, command, opts = {}) {
 export class Client {
   /**
    * @param {string} [address] socket path, `unix:PATH`, `tcp:HOST:PORT` or `HOST:PORT`
-   *   (default: $CORRAL_SOCKET or the daemon's default socket)
+   *   (default: defaultTarget()); a Unix socket must pass checkSocket (PermissionDeniedError otherwise)
    * @param {{tls?: boolean | {rootCerts?: Buffer, privateKey?: Buffer, certChain?: Buffer, serverName?: string},
    *   credentials?: grpc.ChannelCredentials, channelOptions?: object, deadlineMs?: number}} [options]
    *   `tls`: use TLS for a TCP address (`true` for the system roots); `credentials` overrides it;
@@ -123,6 +183,8 @@ export class Client {
    */
   constructor(address = defaultTarget(), options = {}) {
     const { target, unix } = parseTarget(address);
+    // Never talk to an impostor (the same rule as the corral CLI).
+    if (unix) checkSocket(target.replace(/^unix:(\/\/)?/, ''));
     let credentials = options.credentials;
     const channelOptions = { ...(options.channelOptions ?? {}) };
     if (!credentials) {

@@ -1,5 +1,5 @@
 // @corral/client: a thin Node.js client for corral.
-export { Client, Session, defaultTarget, parseTarget } from './client.js';
+export { Client, Session, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
 export { ResponsesAdapter, ChatCompletionsAdapter } from './adapters.js';
 export {
   CorralError,

@@ -1,6 +1,8 @@
 // The typed API against a real daemon: sessions, typed tool RPCs, streaming, errors.
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
@@ -8,6 +10,10 @@ import {
   CorralError,
   InvalidArgumentError,
   NotFoundError,
+  PermissionDeniedError,
+  SYSTEM_SOCKET,
+  checkSocket,
+  defaultTarget,
   parseTarget,
 } from '../src/index.js';
 import * as h from './helpers.js';
@@ -21,6 +27,93 @@ describe('parseTarget', () => {
     assert.deepEqual(parseTarget('tcp:127.0.0.1:7000'), { target: '127.0.0.1:7000', unix: false });
     assert.deepEqual(parseTarget('localhost:7000'), { target: 'localhost:7000', unix: false });
     assert.equal(parseTarget('unix:rel.sock').target, `unix:${join(process.cwd(), 'rel.sock')}`);
+  });
+});
+
+/** Runs fn with process.env and process.geteuid temporarily replaced. */
+function withEnv(vars, euid, fn) {
+  const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+  const savedEuid = process.geteuid;
+  try {
+    for (const [k, v] of Object.entries(vars)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    if (euid !== undefined) process.geteuid = () => euid;
+    return fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+    process.geteuid = savedEuid;
+  }
+}
+
+/** A listening Unix socket in a fresh directory with `mode`. */
+async function socketIn(base, name, mode) {
+  const dir = join(base, name);
+  mkdirSync(dir);
+  const path = join(dir, 's.sock');
+  const server = createServer();
+  await new Promise((res) => server.listen(path, res));
+  chmodSync(dir, mode);
+  return { server, path, dir };
+}
+
+describe('socket rule (the same as the corral CLI)', () => {
+  test('CORRAL_SOCKET > own daemon if listening > system daemon; never /tmp', () => {
+    const rt = mkdtempSync(join(tmpdir(), 'corral-node-rt-'));
+    try {
+      assert.equal(withEnv({ CORRAL_SOCKET: 'tcp:127.0.0.1:9' }, 1000, defaultTarget), 'tcp:127.0.0.1:9');
+      assert.equal(withEnv({ CORRAL_SOCKET: '', XDG_RUNTIME_DIR: rt }, 1000, defaultTarget), `unix:${SYSTEM_SOCKET}`);
+      mkdirSync(join(rt, 'corral'));
+      writeFileSync(join(rt, 'corral', 'corral.sock'), '');
+      const own = `unix:${join(rt, 'corral', 'corral.sock')}`;
+      assert.equal(withEnv({ CORRAL_SOCKET: undefined, XDG_RUNTIME_DIR: rt }, 1000, defaultTarget), own);
+      assert.equal(withEnv({ CORRAL_SOCKET: undefined, XDG_RUNTIME_DIR: rt }, 0, defaultTarget), `unix:${SYSTEM_SOCKET}`);
+      assert.equal(withEnv({ CORRAL_SOCKET: undefined, XDG_RUNTIME_DIR: undefined }, 1000, defaultTarget), `unix:${SYSTEM_SOCKET}`);
+    } finally {
+      rmSync(rt, { recursive: true, force: true });
+    }
+  });
+
+  test('refuses sockets in directories another user could write or owns', async () => {
+    const base = mkdtempSync(join(tmpdir(), 'corral-node-sock-'));
+    const servers = [];
+    try {
+      checkSocket(join(base, 'missing.sock'));
+      for (const [name, mode] of [['own', 0o700], ['shared', 0o755]]) {
+        const s = await socketIn(base, name, mode);
+        servers.push(s.server);
+        checkSocket(s.path);
+      }
+      for (const [name, mode] of [['world', 0o777], ['group', 0o770], ['sticky', 0o1777]]) {
+        const s = await socketIn(base, name, mode);
+        servers.push(s.server);
+        assert.throws(() => checkSocket(s.path), (err) => {
+          assert.ok(err instanceof PermissionDeniedError);
+          assert.equal(err.code, 'PERMISSION_DENIED');
+          assert.match(err.message, new RegExp(`${s.dir}.*${mode.toString(8).padStart(4, '0')}`));
+          return true;
+        });
+        // The client refuses it before connecting.
+        assert.throws(() => new Client(`unix:${s.path}`), PermissionDeniedError);
+      }
+      if (process.geteuid() === 0) {
+        const s = await socketIn(base, 'theirs', 0o755);
+        servers.push(s.server);
+        chownSync(s.dir, 65534, -1);
+        assert.throws(() => checkSocket(s.path), /uid 65534/);
+        checkSocket(s.path, 65534);
+        chownSync(s.dir, 0, -1);
+        chownSync(s.path, 65534, -1);
+        assert.throws(() => new Client(s.path), /impostor/);
+      }
+    } finally {
+      for (const server of servers) server.close();
+      rmSync(base, { recursive: true, force: true });
+    }
   });
 });
 

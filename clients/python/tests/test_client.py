@@ -239,8 +239,73 @@ def test_target_syntax(monkeypatch):
     assert _grpc_target("./x.sock") == ("unix:" + os.path.abspath("x.sock"), True)
     assert _grpc_target("tcp:127.0.0.1:7000") == ("127.0.0.1:7000", False)
     assert _grpc_target("localhost:7000") == ("localhost:7000", False)
-    if os.geteuid() != 0:
-        monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
-        assert corral_client.default_target() == "unix:/run/user/1000/corral/corral.sock"
-    else:
-        assert corral_client.default_target() == "unix:/run/corral/corral.sock"
+
+
+def test_socket_rule(monkeypatch, tmp_path):
+    # The same rule as the corral CLI (src/daemon/socket.rs): CORRAL_SOCKET > this user's
+    # daemon if it is listening > the system daemon; never a /tmp fallback.
+    monkeypatch.setenv("CORRAL_SOCKET", "tcp:127.0.0.1:9")
+    assert corral_client.default_target() == "tcp:127.0.0.1:9"
+    monkeypatch.setenv("CORRAL_SOCKET", "")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert corral_client.default_target() == "unix:/run/corral/corral.sock"
+    (tmp_path / "corral").mkdir()
+    (tmp_path / "corral" / "corral.sock").write_text("")
+    own = f"unix:{tmp_path}/corral/corral.sock"
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert corral_client.default_target() == own
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert corral_client.default_target() == "unix:/run/corral/corral.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert corral_client.default_target() == "unix:/run/corral/corral.sock"
+
+
+def _socket_in(directory, mode):
+    import socket as socketmod
+
+    directory.mkdir()
+    path = directory / "s.sock"
+    s = socketmod.socket(socketmod.AF_UNIX)
+    s.bind(str(path))
+    os.chmod(directory, mode)
+    return s, path
+
+
+def test_check_socket_refuses_untrusted_directories(tmp_path):
+    me = os.geteuid()
+    # Missing socket: left for the connection to report.
+    corral_client.check_socket(tmp_path / "missing.sock")
+    s, own = _socket_in(tmp_path / "own", 0o700)
+    corral_client.check_socket(own)
+    s, shared = _socket_in(tmp_path / "shared", 0o755)
+    corral_client.check_socket(shared)
+    for name, mode in (("world", 0o777), ("group", 0o770), ("sticky", 0o1777)):
+        s, bad = _socket_in(tmp_path / name, mode)
+        with pytest.raises(corral_client.PermissionDenied) as e:
+            corral_client.check_socket(bad)
+        assert str(bad.parent) in e.value.message and f"{mode:04o}" in e.value.message
+        # The client refuses it too, before connecting.
+        with pytest.raises(corral_client.PermissionDenied):
+            Client(str(bad))
+    if me != 0:
+        pytest.skip("the other-owner cases need root (CI runs as root)")
+    s, theirs = _socket_in(tmp_path / "theirs", 0o755)
+    os.chown(theirs.parent, 65534, -1)
+    with pytest.raises(corral_client.PermissionDenied) as e:
+        corral_client.check_socket(theirs)
+    assert "uid 65534" in e.value.message
+    # ...fine for that user itself.
+    corral_client.check_socket(theirs, uid=65534)
+    os.chown(theirs.parent, 0, -1)
+    os.chown(theirs, 65534, -1)
+    with pytest.raises(corral_client.PermissionDenied) as e:
+        Client(f"unix:{theirs}")
+    assert "impostor" in e.value.message
+
+
+def test_client_honours_corral_socket(monkeypatch, daemon, workspace):
+    monkeypatch.setenv("CORRAL_SOCKET", str(daemon.socket))
+    with Client(timeout=10) as c:
+        with c.open_session(workspace, "read-only") as s:
+            assert s.list_dir(".").text.startswith(f"Absolute path: {workspace}")

@@ -31,7 +31,7 @@ except ImportError as _e:  # stubs not generated: a source checkout, not an inst
 
 else:
     from .adapters import ChatCompletionsAdapter, ResponsesAdapter
-    from .client import Client, Session, ShellStream, default_target
+    from .client import Client, Session, ShellStream, check_socket, default_target
     from .errors import (
         Aborted,
         AlreadyExists,
@@ -59,6 +59,7 @@ __all__ = [
     "Cancelled",
     "ChatCompletionsAdapter",
     "Client",
+    "check_socket",
     "CorralError",
     "DataLoss",
     "DeadlineExceeded",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Union
 
@@ -11,9 +13,9 @@ import grpc
 
 from ._proto import corral_pb2 as pb
 from ._proto import corral_pb2_grpc as pb_grpc
-from .errors import CorralError, from_rpc_error
+from .errors import CorralError, PermissionDenied, from_rpc_error
 
-__all__ = ["Client", "Session", "ShellStream", "default_target", "pb"]
+__all__ = ["Client", "Session", "ShellStream", "check_socket", "default_target", "pb"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -31,15 +33,62 @@ _FORMATS = {
 _READ_MODES = {"slice": pb.READ_MODE_SLICE, "indentation": pb.READ_MODE_INDENTATION}
 
 
+SOCKET_ENV = "CORRAL_SOCKET"
+SYSTEM_SOCKET = "/run/corral/corral.sock"
+
+
 def default_target() -> str:
-    """The daemon's default socket: ``$XDG_RUNTIME_DIR/corral/corral.sock``, or
-    ``/run/corral/corral.sock`` as root (the same rule as ``corral serve``)."""
-    if os.geteuid() == 0:
-        return "unix:/run/corral/corral.sock"
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        return f"unix:{os.path.join(runtime, 'corral', 'corral.sock')}"
-    return f"unix:/run/user/{os.geteuid()}/corral/corral.sock"
+    """The daemon to call when no target is given: the socket rule shared with ``corral``
+    (``src/daemon/socket.rs``). ``$CORRAL_SOCKET``, else ``$XDG_RUNTIME_DIR/corral/corral.sock``
+    when not root and a daemon is there, else the system daemon ``/run/corral/corral.sock``.
+    Never a ``/tmp`` location another user could create first."""
+    env = os.environ.get(SOCKET_ENV)
+    if env:
+        return env
+    if os.geteuid() != 0:
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        if runtime:
+            own = os.path.join(runtime, "corral", "corral.sock")
+            if os.path.exists(own):
+                return f"unix:{own}"
+    return f"unix:{SYSTEM_SOCKET}"
+
+
+def check_socket(path: str | os.PathLike[str], uid: int | None = None) -> None:
+    """Refuses a Unix socket another user could have planted (raises :class:`PermissionDenied`):
+    its directory must be owned by root or ``uid`` (default: this process's) and not writable by
+    group or others, and the socket itself owned by root or ``uid``. A missing socket passes (the
+    connection reports it). The same check as the ``corral`` CLI."""
+    me = os.geteuid() if uid is None else uid
+    path = os.fspath(path)
+    try:
+        sock = os.stat(path)
+    except FileNotFoundError:
+        return
+    directory = os.path.dirname(path) or "."
+    st = os.stat(directory)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (0, me) or mode & 0o022:
+        raise PermissionDenied(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"refusing socket {path}: its directory {directory} is owned by {_describe_uid(st.st_uid)} "
+            f"with mode {mode:04o}; a corral socket's directory must be owned by root or "
+            f"{_describe_uid(me)} and not writable by group or others, or another user could put an "
+            "impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)",
+        )
+    if sock.st_uid not in (0, me):
+        raise PermissionDenied(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"refusing socket {path}: it is owned by {_describe_uid(sock.st_uid)}, not by root or "
+            f"{_describe_uid(me)}; it may be an impostor",
+        )
+
+
+def _describe_uid(uid: int) -> str:
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _grpc_target(target: str | os.PathLike[str] | None) -> tuple[str, bool]:
@@ -104,7 +153,8 @@ class Client:
 
     ``target`` is a Unix socket (``unix:/path``, or a bare path such as ``/run/corral.sock`` or
     ``./corral.sock``), ``tcp:HOST:PORT``, or any gRPC target (``HOST:PORT``, ``dns:…``); the default
-    is the daemon's default socket. For TLS pass ``tls=True`` (system roots) or
+    is :func:`default_target` (``$CORRAL_SOCKET``, else the per-user or the system daemon). A Unix
+    socket must pass :func:`check_socket` (:class:`PermissionDenied` otherwise). For TLS pass ``tls=True`` (system roots) or
     ``root_certificates`` (and ``private_key`` + ``certificate_chain`` for a client certificate),
     as bytes or file paths, or ready-made ``credentials``.
 
@@ -129,6 +179,9 @@ class Client:
         options: Sequence[tuple[str, Any]] | None = None,
     ):
         self.target, is_unix = _grpc_target(target)
+        if is_unix:
+            # Never talk to an impostor (the same rule as the corral CLI).
+            check_socket(self.target[len("unix:") :])
         opts = list(options or [])
         if is_unix and not any(k == "grpc.default_authority" for k, _ in opts):
             # gRPC C-core sends the socket path as :authority, which the daemon's HTTP/2 stack
