@@ -162,7 +162,7 @@ async fn open_session_rejects_bad_input_naming_the_field() {
             file.display().to_string(),
             SandboxMode::ReadOnly,
             vec![],
-            "not a directory",
+            "is not a directory",
         ),
         (
             dir.path().display().to_string(),

@@ -135,6 +135,9 @@ pub async fn serve(
         let _ = stop_rx.await;
     };
 
+    // Handlers first: a SIGTERM that arrives as soon as the socket answers must already mean
+    // "shut down cleanly", not the default action.
+    let signals = ShutdownSignals::install()?;
     let server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>> = match &config.listen
     {
         ListenAddr::Unix(path) => {
@@ -155,7 +158,7 @@ pub async fn serve(
         }
     };
 
-    let signal_name = wait_for_shutdown_signal(server_finished(&server)).await?;
+    let signal_name = signals.wait(server_finished(&server)).await;
     if let Some(name) = signal_name {
         tracing::info!(
             signal = name,
@@ -221,16 +224,27 @@ async fn server_finished<T>(handle: &tokio::task::JoinHandle<T>) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT (returning its name) or for `finished` (returning None).
-async fn wait_for_shutdown_signal(
-    finished: impl Future<Output = ()>,
-) -> Result<Option<&'static str>, String> {
-    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT handler: {e}"))?;
-    tokio::select! {
-        _ = term.recv() => Ok(Some("SIGTERM")),
-        _ = int.recv() => Ok(Some("SIGINT")),
-        _ = finished => Ok(None),
+/// The SIGTERM and SIGINT handlers, installed before the daemon starts serving.
+struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> Result<Self, String> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?,
+            int: signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT handler: {e}"))?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT (returning its name) or for `finished` (returning None).
+    async fn wait(mut self, finished: impl Future<Output = ()>) -> Option<&'static str> {
+        tokio::select! {
+            _ = self.term.recv() => Some("SIGTERM"),
+            _ = self.int.recv() => Some("SIGINT"),
+            _ = finished => None,
+        }
     }
 }
 

@@ -16,6 +16,8 @@ use std::path::{Component, Path, PathBuf};
 /// The names protected at the top of every writable root (spec/sandbox.md §9).
 pub const PROTECTED_NAMES: [&str; 3] = [".git", ".codex", ".agents"];
 
+const NOT_A_DIRECTORY: &str = "not a directory";
+
 /// Symlink hops followed before giving up (the kernel's own limit is 40).
 const MAX_SYMLINK_HOPS: usize = 40;
 
@@ -85,6 +87,9 @@ pub enum PolicyError {
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            PolicyError::Cwd { path, cause } if cause == NOT_A_DIRECTORY => {
+                write!(f, "cwd {} is not a directory", path.display())
+            }
             PolicyError::Cwd { path, cause } => {
                 write!(f, "cwd {} is not usable: {cause}", path.display())
             }
@@ -121,7 +126,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
     if !cwd.is_dir() {
         return Err(PolicyError::Cwd {
             path: params.cwd.clone(),
-            cause: "not a directory".into(),
+            cause: NOT_A_DIRECTORY.into(),
         });
     }
 
