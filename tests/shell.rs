@@ -58,7 +58,7 @@ async fn shell_through_the_bridge_is_codex_text() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let text = v["output"].as_str().unwrap();
     assert!(text.starts_with(
-        "Warning: truncated output (original token count: 3474)\nTotal output lines: 3000\n\n1\n2\n"
+        "Total output lines: 3000\n\n1\n2\n"
     ));
     assert!(
         text.contains("1221\n12…3893 chars truncated…2001\n2002\n"),

@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(cap.tail.len(), CAPTURE_TAIL_BYTES);
         let out = formatted_truncate_view(cap.text_view().unwrap(), TruncationPolicy::default());
         let expected = format!(
-            "Warning: truncated output (original token count: 750000)\nTotal output lines: 1\n\n{}\u{2026}2990000 chars truncated\u{2026}{}",
+            "Total output lines: 1\n\n{}\u{2026}2990000 chars truncated\u{2026}{}",
             "x".repeat(5000),
             "x".repeat(5000)
         );

@@ -626,7 +626,7 @@ mod tests {
         ));
         let text = shell_output_text(&o, TruncationPolicy::default());
         let expected_output = format!(
-            "Warning: truncated output (original token count: 5000)\\nTotal output lines: 1\\n\\n{}\u{2026}10000 chars truncated\u{2026}{}",
+            "Total output lines: 1\\n\\n{}\u{2026}10000 chars truncated\u{2026}{}",
             "x".repeat(5000),
             "x".repeat(5000)
         );

@@ -225,7 +225,7 @@ mod tests {
         let o = outcome(text.as_bytes(), 0, 20, false);
         let s = shell_output_text(&o, P);
         assert!(s.starts_with(
-            r#"{"output":"Warning: truncated output (original token count: 3474)\nTotal output lines: 3000\n\n1\n2\n"#
+            r#"{"output":"Total output lines: 3000\n\n1\n2\n"#
         ));
         assert!(s.contains("1221\\n12\u{2026}3893 chars truncated\u{2026}2001\\n2002\\n"));
         let f = shell_command_output_text(&o, P);

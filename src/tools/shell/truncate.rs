@@ -194,9 +194,9 @@ impl<'a> TextView<'a> {
     }
 }
 
-/// `formatted_truncate_text` (§6.5): the text unchanged if it fits the budget (inclusive), else a
-/// `Warning: truncated output …` header with the original token count and line count, then
-/// [`truncate_text`].
+/// `formatted_truncate_text` (§6.5): the text unchanged if it fits the budget (inclusive), else
+/// `Total output lines: {n}\n\n` then [`truncate_text`]. The newest Codex dropped the older
+/// `Warning: truncated output …` line (codex-rs/utils/output-truncation/src/lib.rs).
 pub fn formatted_truncate_text(content: &str, policy: TruncationPolicy) -> String {
     formatted_truncate_view(TextView::complete(content), policy)
 }
@@ -213,12 +213,7 @@ pub fn formatted_truncate_view(view: TextView<'_>, policy: TruncationPolicy) -> 
         return view.to_full_string();
     }
     let body = truncate_view(view, policy);
-    format!(
-        "Warning: truncated output (original token count: {})\nTotal output lines: {}\n\n{}",
-        approx_token_count(view.len()),
-        view.lines(),
-        body
-    )
+    format!("Total output lines: {}\n\n{}", view.lines(), body)
 }
 
 /// [`truncate_text`] of a (possibly windowed) text.
@@ -312,7 +307,7 @@ mod tests {
         assert_eq!(
             formatted,
             format!(
-                "Warning: truncated output (original token count: 3474)\nTotal output lines: 3000\n\n{body}"
+                "Total output lines: 3000\n\n{body}"
             )
         );
         // 40 000 bytes of budget: untouched.
@@ -335,7 +330,7 @@ mod tests {
         assert_eq!(
             formatted_truncate_text(&s, B10K),
             format!(
-                "Warning: truncated output (original token count: 5000)\nTotal output lines: 1\n\n{expected_body}"
+                "Total output lines: 1\n\n{expected_body}"
             )
         );
         assert_eq!(count_lines(&expected_body), 1);
@@ -347,7 +342,7 @@ mod tests {
         assert_eq!(formatted_truncate_text(&s, B10K), s);
         assert_eq!(truncate_text(&s, B10K), s);
         let s2 = "y".repeat(10_001);
-        assert!(formatted_truncate_text(&s2, B10K).starts_with("Warning: "));
+        assert!(formatted_truncate_text(&s2, B10K).starts_with("Total output lines: 1\n\n"));
     }
 
     #[test]
