@@ -25,15 +25,18 @@ mod proptests;
 mod scenario_tests;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
+use super::shell::format::{duration_seconds, format_freeform};
+use super::shell::truncate::{TextView, TruncationPolicy};
 use super::{ErrorKind, ToolError};
 
 pub use parser::{Hunk, ParseError, Patch, UpdateChunk, parse_patch};
 pub use paths::{OUTSIDE_REJECTION, READ_ONLY_REJECTION};
 pub use seek_sequence::seek_sequence;
+
+/// The tool's answer to a patch with no hunks (the library/CLI says `No files were modified.`).
+pub const EMPTY_PATCH_REJECTION: &str = "patch rejected: empty patch";
 
 /// Arguments of the JSON (function) variant of the tool: `{"input": "<patch>"}`.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -116,9 +119,9 @@ impl ApplyPatchOutput {
         out
     }
 
-    /// The model text: the summary in the structured exec format (§5.8, §6.3) with exit code 0.
+    /// The model text: the summary in the freeform exec format (§5.8) with exit code 0.
     pub fn model_text(&self) -> String {
-        structured(&self.summary(), 0, self.duration_seconds)
+        exec_text(&self.summary(), 0, self.duration_seconds)
     }
 
     /// Paths replaced by an Add or a move (for the typed result and the audit log).
@@ -131,32 +134,20 @@ impl ApplyPatchOutput {
     }
 }
 
-#[derive(Serialize)]
-struct Structured<'a> {
-    output: &'a str,
-    metadata: Metadata,
-}
-
-#[derive(Serialize)]
-struct Metadata {
-    exit_code: i32,
-    duration_seconds: f32,
-}
-
-/// `{"output":…,"metadata":{"exit_code":…,"duration_seconds":…}}` (§6.3), compact.
-fn structured(output: &str, exit_code: i32, duration_seconds: f32) -> String {
-    let value = Structured {
-        output,
-        metadata: Metadata {
-            exit_code,
-            duration_seconds,
-        },
-    };
-    serde_json::to_string(&value).unwrap_or_default()
+/// The freeform exec format (§5.8, §6.4): Codex runs every apply_patch, whichever way it arrived,
+/// as an exec and answers with that exec's text (`codex-rs/core/tests/suite/shell_serialization.rs`,
+/// `apply_patch_*_output_is_structured`).
+fn exec_text(output: &str, exit_code: i32, duration_seconds: f32) -> String {
+    format_freeform(
+        TextView::complete(output),
+        exit_code,
+        Duration::from_secs_f32(duration_seconds),
+        TruncationPolicy::default(),
+    )
 }
 
 fn rounded_secs(started: Instant) -> f32 {
-    ((started.elapsed().as_secs_f64() * 10.0).round() / 10.0) as f32
+    duration_seconds(started.elapsed())
 }
 
 /// Applies a patch given as the JSON variant's `arguments` string.
@@ -170,7 +161,7 @@ pub fn apply_patch_json(
 
 /// Parses, verifies, checks and atomically applies `input`, with a unified diff of each change.
 /// The error's message is the exact model text: plain for parse, verification and policy
-/// failures, structured (exit code 1) for commit-stage failures.
+/// failures, the freeform exec format (exit code 1) for commit-stage failures.
 pub fn apply_patch(input: &str, ctx: &PatchContext) -> Result<ApplyPatchOutput, ToolError> {
     apply(input, ctx, true)
 }
@@ -187,6 +178,14 @@ fn apply(input: &str, ctx: &PatchContext, diffs: bool) -> Result<ApplyPatchOutpu
     let started = Instant::now();
     let patch = parse_patch(input)
         .map_err(|e| ToolError::invalid(format!("apply_patch verification failed: {e}")))?;
+    // Codex's safety check refuses an empty patch before anything else (`core/src/safety.rs`,
+    // `assess_patch_safety`), so this text wins over the read-only one.
+    if patch.hunks.is_empty() {
+        return Err(ToolError::new(
+            ErrorKind::PermissionDenied,
+            EMPTY_PATCH_REJECTION,
+        ));
+    }
     let plan = apply::verify(&patch, ctx, diffs)?;
     if ctx.read_only {
         return Err(ToolError::new(
@@ -197,15 +196,8 @@ fn apply(input: &str, ctx: &PatchContext, diffs: bool) -> Result<ApplyPatchOutpu
     for (resolved, display) in &plan.targets {
         paths::check_target(resolved.as_deref(), display, ctx)?;
     }
-    if patch.hunks.is_empty() {
-        return Err(ToolError::invalid(structured(
-            "No files were modified.\n",
-            1,
-            rounded_secs(started),
-        )));
-    }
     apply::commit(&plan)
-        .map_err(|e| ToolError::new(e.kind, structured(&e.text, 1, rounded_secs(started))))?;
+        .map_err(|e| ToolError::new(e.kind, exec_text(&e.text, 1, rounded_secs(started))))?;
     Ok(ApplyPatchOutput {
         changes: plan.changes,
         warnings: Vec::new(),
@@ -218,19 +210,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn structured_format() {
+    fn exec_format() {
         assert_eq!(
-            structured(
+            exec_text(
                 "Success. Updated the following files:\nM src/app.ts\n",
                 0,
                 0.0
             ),
-            r#"{"output":"Success. Updated the following files:\nM src/app.ts\n","metadata":{"exit_code":0,"duration_seconds":0.0}}"#
+            "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\nM src/app.ts\n"
         );
+        // Display of the rounded f32: a fraction only when there is one.
         assert_eq!(
-            structured("a/b \"q\" …\t", 1, 1.2),
-            r#"{"output":"a/b \"q\" …\t","metadata":{"exit_code":1,"duration_seconds":1.2}}"#
+            exec_text("Failed to write file /w/a\n", 1, 1.2),
+            "Exit code: 1\nWall time: 1.2 seconds\nOutput:\nFailed to write file /w/a\n"
         );
+    }
+
+    #[test]
+    fn empty_patch_is_rejected_before_the_read_only_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = PatchContext {
+            cwd: dir.path().to_path_buf(),
+            writable_roots: vec![dir.path().to_path_buf()],
+            read_only: true,
+            protected_names: vec![],
+            protected_paths: vec![],
+        };
+        for read_only in [true, false] {
+            ctx.read_only = read_only;
+            let e = apply_patch_for_model("*** Begin Patch\n*** End Patch", &ctx).unwrap_err();
+            assert_eq!(e.message, "patch rejected: empty patch");
+            assert_eq!(e.kind, ErrorKind::PermissionDenied);
+        }
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct UpdateChunk {
     pub new_lines: Vec<String>,
     /// The chunk ended with `*** End of File`: its old lines must sit at the end of the file.
     pub is_end_of_file: bool,
+    /// `(index in old_lines, index in new_lines)` of every context line, in order: the update
+    /// keeps those original lines untouched (§5.5).
+    pub context_line_indices: Vec<(usize, usize)>,
 }
 
 /// A parse failure. `Display` gives the tool's spelling (`invalid patch: …`,
@@ -279,13 +282,13 @@ fn parse_chunk(
             break;
         }
         match line.chars().next() {
-            None => {
-                chunk.old_lines.push(String::new());
-                chunk.new_lines.push(String::new());
-            }
-            Some(' ') => {
-                chunk.old_lines.push(line[1..].to_string());
-                chunk.new_lines.push(line[1..].to_string());
+            None | Some(' ') => {
+                let text = line.get(1..).unwrap_or("").to_string();
+                chunk
+                    .context_line_indices
+                    .push((chunk.old_lines.len(), chunk.new_lines.len()));
+                chunk.old_lines.push(text.clone());
+                chunk.new_lines.push(text);
             }
             Some('+') => chunk.new_lines.push(line[1..].to_string()),
             Some('-') => chunk.old_lines.push(line[1..].to_string()),
@@ -422,12 +425,14 @@ mod tests {
                             old_lines: vec!["ctx".into(), "old".into(), "".into()],
                             new_lines: vec!["ctx".into(), "new".into(), "".into()],
                             is_end_of_file: false,
+                            context_line_indices: vec![(0, 0), (2, 2)],
                         },
                         UpdateChunk {
                             context: None,
                             old_lines: vec!["x".into()],
                             new_lines: vec![],
                             is_end_of_file: true,
+                            context_line_indices: vec![],
                         },
                     ],
                 },
@@ -461,7 +466,8 @@ mod tests {
                     context: None,
                     old_lines: vec!["old".into()],
                     new_lines: vec!["new".into()],
-                    is_end_of_file: false
+                    is_end_of_file: false,
+                    context_line_indices: vec![],
                 }]
             }]
         );

@@ -239,7 +239,8 @@ proptest! {
         match apply_patch(&input, &ctx) {
             Ok(out) => {
                 let text = out.model_text();
-                prop_assert!(text.starts_with(r#"{"output":"Success."#), "{}", text);
+                prop_assert!(text.starts_with("Exit code: 0\nWall time: "), "{}", text);
+                prop_assert!(text.contains("\nOutput:\nSuccess. Updated the following files:\n"), "{}", text);
             }
             Err(_) => prop_assert_eq!(snapshot(&root), before),
         }

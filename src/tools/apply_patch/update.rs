@@ -1,9 +1,11 @@
 //! Computing the new content of an updated file (spec/tools.md §5.4–5.5).
 //!
 //! The original is split into lines that remember their own terminator (`\n`, `\r\n` or none).
-//! Chunks are located with [`seek_sequence`] strictly forward; the matched regions are replaced
-//! back to front by the patch's lines, which get the file's preferred terminator, and the result
-//! always ends with a terminator.
+//! Chunks are located with [`seek_sequence`] strictly forward. Within a matched region the
+//! context lines stay untouched (text and terminator, as in Codex's `PreserveLineEndings` mode,
+//! `codex-rs/apply-patch/src/file_update.rs`); the runs between them are replaced back to front
+//! by the patch's lines, which get the file's preferred terminator. The result always ends with
+//! a terminator.
 
 use super::parser::UpdateChunk;
 use super::seek_sequence::seek_sequence;
@@ -75,14 +77,11 @@ pub fn compute_update(
             }
         }
         if chunk.old_lines.is_empty() {
-            // Pure addition: at the end of the file, before a trailing empty line if any.
-            let at = if texts.last().is_some_and(|t| t.is_empty()) {
-                texts.len() - 1
-            } else {
-                texts.len()
-            };
+            // Pure addition: after the last line. (Codex's LF-normalising mode inserts before a
+            // trailing blank line, an artefact of splitting on `\n`; its line-ending-preserving
+            // mode, which corral follows, has no such phantom line.)
             replacements.push(Replacement {
-                start: at,
+                start: texts.len(),
                 old_len: 0,
                 new_lines: &chunk.new_lines,
             });
@@ -104,11 +103,31 @@ pub fn compute_update(
                 chunk.old_lines.join("\n")
             ));
         };
-        replacements.push(Replacement {
-            start,
-            old_len: pattern.len(),
-            new_lines,
-        });
+        // Replace only the runs between context lines, so every original line the patch names
+        // as context survives with its own text and terminator.
+        let (mut old_at, mut new_at) = (0, 0);
+        for &(old_ctx, new_ctx) in &chunk.context_line_indices {
+            // A trailing empty context line may have been dropped by the retry above.
+            if old_ctx >= pattern.len() || new_ctx >= new_lines.len() {
+                break;
+            }
+            if old_at != old_ctx || new_at != new_ctx {
+                replacements.push(Replacement {
+                    start: start + old_at,
+                    old_len: old_ctx - old_at,
+                    new_lines: &new_lines[new_at..new_ctx],
+                });
+            }
+            old_at = old_ctx + 1;
+            new_at = new_ctx + 1;
+        }
+        if old_at != pattern.len() || new_at != new_lines.len() {
+            replacements.push(Replacement {
+                start: start + old_at,
+                old_len: pattern.len() - old_at,
+                new_lines: &new_lines[new_at..],
+            });
+        }
         line_index = start + pattern.len();
     }
 
@@ -199,9 +218,11 @@ mod tests {
     }
 
     #[test]
-    fn pure_addition_goes_to_end_before_trailing_blank() {
-        assert_eq!(run("a\n\n", "@@ a\n+b").unwrap(), "a\nb\n\n");
+    fn pure_addition_goes_after_the_last_line() {
+        // A trailing blank line is a real line here, so the addition follows it.
+        assert_eq!(run("a\n\n", "@@ a\n+b").unwrap(), "a\n\nb\n");
         assert_eq!(run("", "@@\n+x").unwrap(), "x\n");
+        assert_eq!(run("a\r\nb", "@@\n+c").unwrap(), "a\r\nb\r\nc\r\n");
     }
 
     #[test]
@@ -235,6 +256,30 @@ mod tests {
         );
         // `@@ ` (trailing space) is an empty context: matches the first empty line.
         assert_eq!(run("x\n\nx\n", "@@ \n-x\n+y").unwrap(), "x\n\ny\n");
+    }
+
+    /// Codex's `preserves_*` cases (`codex-rs/apply-patch/tests/suite/tool.rs`), own contents.
+    #[test]
+    fn surviving_lines_keep_their_own_endings() {
+        assert_eq!(
+            run("p\r\nq\r\nr\r\n", "@@\n-p\n+P\n@@\n q\n+\n+mid\n r").unwrap(),
+            "P\r\nq\r\n\r\nmid\r\nr\r\n"
+        );
+        // The context line is the second one: the first is removed, the LF line survives.
+        assert_eq!(run("dup\r\ndup\n", "@@\n-dup\n dup").unwrap(), "dup\n");
+        assert_eq!(
+            run("1\r\n2\n3\r\n4\n", "@@\n 1\n 2\n-3\n+III\n 4").unwrap(),
+            "1\r\n2\nIII\r\n4\n"
+        );
+        assert_eq!(run("x\r\ny", "@@\n-x\n+X").unwrap(), "X\r\ny\r\n");
+        // Reordering keeps the patch's order.
+        assert_eq!(run("m\nn\n", "@@\n-m\n-n\n+n\n+n\n+m").unwrap(), "n\nn\nm\n");
+    }
+
+    #[test]
+    fn context_lines_keep_their_original_text() {
+        // Matched by the trim pass: the file's spelling stays.
+        assert_eq!(run("  a\nb\n", "@@\n a\n-b\n+B").unwrap(), "  a\nB\n");
     }
 
     #[test]
