@@ -57,9 +57,7 @@ async fn shell_through_the_bridge_is_codex_text() {
         .await;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let text = v["output"].as_str().unwrap();
-    assert!(text.starts_with(
-        "Total output lines: 3000\n\n1\n2\n"
-    ));
+    assert!(text.starts_with("Total output lines: 3000\n\n1\n2\n"));
     assert!(
         text.contains("1221\n12…3893 chars truncated…2001\n2002\n"),
         "{text}"

@@ -1,6 +1,9 @@
 //! Dispatches one model tool call: parse the arguments → run the tool → the model text and the
 //! success flag (spec/tools.md §0.1–0.3).
 
+use crate::tools::apply_patch::invocation::{
+    IMPLICIT_INVOCATION_ERROR, Invocation, classify_argv, classify_script, interception_warning,
+};
 use crate::tools::shell::{
     self, ShellArgs, ShellCommandArgs, TruncationPolicy, exec_request, unsupported_payload,
 };
@@ -74,6 +77,14 @@ fn shell_call(
         return Err(unsupported_payload("shell", name));
     }
     let args = ShellArgs::parse(arguments)?;
+    if let Some(out) = intercept_apply_patch(
+        ctx,
+        name,
+        ShellCommand::Argv(&args.command),
+        args.workdir.as_deref(),
+    ) {
+        return Ok((out.output, out.success));
+    }
     let req = exec_request(
         args.argv()?,
         args.workdir.as_deref(),
@@ -96,6 +107,14 @@ fn shell_command_call(
         return Err(unsupported_payload("shell_command", name));
     }
     let args = ShellCommandArgs::parse(arguments)?;
+    if let Some(out) = intercept_apply_patch(
+        ctx,
+        name,
+        ShellCommand::Script(&args.command),
+        args.workdir.as_deref(),
+    ) {
+        return Ok((out.output, out.success));
+    }
     let argv = args.argv(&ctx.shell.to_string_lossy(), true)?;
     // The policy's ceiling binds every command tool alike (the typed Shell RPC refuses more in
     // the daemon; a model's request is clamped here).
@@ -108,6 +127,92 @@ fn shell_command_call(
     let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;
     let text = shell::shell_command_output_text(&outcome, TruncationPolicy::default());
     Ok((text, outcome.success()))
+}
+
+/// What a command tool was asked to run.
+#[derive(Debug, Clone, Copy)]
+pub enum ShellCommand<'a> {
+    /// `shell`'s argv (also `exec`-style argv).
+    Argv(&'a [String]),
+    /// `shell_command`'s / `exec_command`'s script for the session's shell.
+    Script(&'a str),
+}
+
+impl ShellCommand<'_> {
+    fn classify(self) -> Invocation {
+        match self {
+            ShellCommand::Argv(argv) => classify_argv(argv),
+            ShellCommand::Script(script) => classify_script(script),
+        }
+    }
+}
+
+/// apply_patch typed into a command tool (spec/tools.md §5.9): when `command` is an apply_patch
+/// invocation, the patch is applied exactly as the apply_patch tool would apply it in this session
+/// (same [`ToolContext::patch`] checks: writable roots, protected paths, read-only), relative
+/// paths resolving against `workdir` and then the script's `cd` directory, and the answer is
+/// apply_patch's model text. A bare patch sent as a command gets Codex's "patch detected without
+/// explicit call" error. `None` means: not an apply_patch, run the command as usual. `tool` names
+/// the calling tool in the typed result's warning (Codex records
+/// `apply_patch was requested via {tool}. …` for the model separately; the bridge text stays
+/// apply_patch's own, as in Codex's `intercept_apply_patch`).
+pub fn intercept_apply_patch(
+    ctx: &ToolContext,
+    tool: &str,
+    command: ShellCommand<'_>,
+    workdir: Option<&str>,
+) -> Option<InvokeOutcome> {
+    let (patch, cd) = match command.classify() {
+        Invocation::NotPatch => return None,
+        Invocation::BarePatch => {
+            return Some(InvokeOutcome {
+                output: IMPLICIT_INVOCATION_ERROR.to_string(),
+                success: false,
+            });
+        }
+        Invocation::Patch { patch, workdir } => (patch, workdir),
+    };
+    // `Path::join` keeps an absolute argument as is, which is what Codex's resolution does.
+    let mut cwd = ctx.patch.cwd.clone();
+    if let Some(dir) = workdir {
+        cwd = cwd.join(dir);
+    }
+    if let Some(dir) = cd {
+        cwd = cwd.join(dir);
+    }
+    let patch_ctx = apply_patch::PatchContext {
+        cwd,
+        ..ctx.patch.clone()
+    };
+    Some(
+        match apply_patch::apply_patch_for_model(&patch, &patch_ctx) {
+            Ok(mut out) => {
+                out.warnings.push(interception_warning(tool));
+                InvokeOutcome {
+                    output: out.model_text(),
+                    success: true,
+                }
+            }
+            Err(err) => InvokeOutcome::failed(err),
+        },
+    )
+}
+
+/// Whether a model call named `name` with `arguments` will be answered by
+/// [`intercept_apply_patch`] (a patch or a bare patch through `shell`/`shell_command`). The
+/// worker puts such a call under apply_patch's guard, and the daemon never escalates it:
+/// apply_patch never runs outside the session's sandbox (§5.6).
+pub fn intercepts_apply_patch(name: &str, arguments: &str) -> bool {
+    let form = match name {
+        "shell" | "container.exec" => ShellArgs::parse(arguments)
+            .ok()
+            .map(|a| classify_argv(&a.command)),
+        "shell_command" => ShellCommandArgs::parse(arguments)
+            .ok()
+            .map(|a| classify_script(&a.command)),
+        _ => None,
+    };
+    form.is_some_and(|f| f != Invocation::NotPatch)
 }
 
 /// A function tool: refuses a freeform payload, parses the JSON arguments into `A`, runs `run`.
@@ -181,5 +286,64 @@ mod tests {
         let out = invoke(&ctx(&PathBuf::from("/")), "nope", "{}", false);
         assert_eq!(out.output, "unsupported call: nope");
         assert!(!out.success);
+    }
+
+    fn strip_wall_time(text: &str) -> String {
+        let (head, rest) = text.split_once("\nWall time: ").unwrap();
+        let end = rest.find(" seconds\n").unwrap();
+        format!("{head}\nWall time: _{}", &rest[end..])
+    }
+
+    #[test]
+    fn heredoc_patch_through_shell_command_is_applied_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let script = "cd sub && apply_patch <<'PATCH'\n*** Begin Patch\n*** Add File: n.txt\n+hi\n*** End Patch\nPATCH\n";
+        let args = serde_json::json!({ "command": script }).to_string();
+        let out = invoke(&ctx(&root), "shell_command", &args, false);
+        assert!(out.success, "{}", out.output);
+        assert_eq!(
+            strip_wall_time(&out.output),
+            "Exit code: 0\nWall time: _ seconds\nOutput:\nSuccess. Updated the following files:\nA n.txt\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("sub/n.txt")).unwrap(),
+            "hi\n"
+        );
+    }
+
+    #[test]
+    fn shell_route_keeps_apply_patch_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let patch = "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch";
+        let args = serde_json::json!({ "command": ["apply_patch", patch] }).to_string();
+        let out = invoke(&ctx(&root), "shell", &args, false);
+        assert_eq!(
+            out.output,
+            "patch rejected: writing outside of the project; rejected by user approval settings"
+        );
+        assert!(!out.success);
+        assert!(!root.parent().unwrap().join("escape.txt").exists());
+        // A bare patch as the argv is refused with Codex's hint.
+        let args = serde_json::json!({ "command": [patch] }).to_string();
+        let out = invoke(&ctx(&root), "shell", &args, false);
+        assert_eq!(out.output, IMPLICIT_INVOCATION_ERROR);
+        assert!(!out.success);
+    }
+
+    #[test]
+    fn interception_is_recognised_before_dispatch() {
+        let heredoc =
+            "apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: a\n+x\n*** End Patch\nEOF\n";
+        let sc = serde_json::json!({ "command": heredoc }).to_string();
+        assert!(intercepts_apply_patch("shell_command", &sc));
+        let sh = serde_json::json!({ "command": ["bash", "-lc", heredoc] }).to_string();
+        assert!(intercepts_apply_patch("shell", &sh));
+        assert!(intercepts_apply_patch("container.exec", &sh));
+        let plain = serde_json::json!({ "command": "echo hi" }).to_string();
+        assert!(!intercepts_apply_patch("shell_command", &plain));
+        assert!(!intercepts_apply_patch("read_file", &sc));
     }
 }

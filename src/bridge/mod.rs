@@ -6,4 +6,7 @@ mod definitions;
 mod invoke;
 
 pub use definitions::{ToolFormat, tool_definitions, tool_names};
-pub use invoke::{InvokeOutcome, invoke, is_shell_tool};
+pub use invoke::{
+    InvokeOutcome, ShellCommand, intercept_apply_patch, intercepts_apply_patch, invoke,
+    is_shell_tool,
+};

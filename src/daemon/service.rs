@@ -805,7 +805,8 @@ impl CorralService {
 
 /// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
 fn asks_for_escalation(name: &str, arguments: &str) -> bool {
-    if !bridge::is_shell_tool(name) {
+    // An apply_patch typed into a shell tool is applied, not run, and never escalates (§5.6).
+    if !bridge::is_shell_tool(name) || bridge::intercepts_apply_patch(name, arguments) {
         return false;
     }
     let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {

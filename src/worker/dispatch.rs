@@ -97,11 +97,13 @@ fn guarded_invoke(
     runner: &SandboxedRunner,
     req: api::InvokeRequest,
 ) -> Result<Reply, ToolError> {
-    let call = if req.name == "apply_patch" {
-        runner.guard_call()?
-    } else {
-        None
-    };
+    // A patch typed into a shell tool is applied in-process too, so it needs the same guard.
+    let call =
+        if req.name == "apply_patch" || bridge::intercepts_apply_patch(&req.name, &req.arguments) {
+            runner.guard_call()?
+        } else {
+            None
+        };
     let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
     let (output, success) = match runner.guard_finish(call) {
         Some(lines) => (format!("patch rejected: {lines}"), false),

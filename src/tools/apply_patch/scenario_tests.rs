@@ -130,7 +130,9 @@ fn files(list: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// The success model text for a summary body.
 fn success(lines: &str) -> String {
-    format!("Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\n{lines}")
+    format!(
+        "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess. Updated the following files:\n{lines}"
+    )
 }
 
 /// Applies `body`, asserts success with `summary_lines`, returns the output.
@@ -1155,10 +1157,7 @@ fn commit_error_texts() {
             "{}\nAll changes made by this patch were rolled back.\n",
             first.replace("{abs}", &ws.root.display().to_string())
         );
-        assert_eq!(
-            norm(&err.message),
-            failure(&output)
-        );
+        assert_eq!(norm(&err.message), failure(&output));
         assert_eq!(ws.tree(), before, "{body}");
     }
 }
@@ -1180,10 +1179,7 @@ fn rollback_failure_is_reported() {
          Rollback failed for {0}/a.txt: No space left on device (os error 28)\n",
         ws.root.display()
     );
-    assert_eq!(
-        norm(&err.message),
-        failure(&output)
-    );
+    assert_eq!(norm(&err.message), failure(&output));
     assert_eq!(err.kind, ErrorKind::Internal);
     // The failed file is untouched and no temporary file is left behind.
     assert_eq!(ws.files(), files(&[("a.txt", "A\n"), ("b.txt", "b\n")]));

@@ -273,7 +273,10 @@ mod tests {
         );
         assert_eq!(run("x\r\ny", "@@\n-x\n+X").unwrap(), "X\r\ny\r\n");
         // Reordering keeps the patch's order.
-        assert_eq!(run("m\nn\n", "@@\n-m\n-n\n+n\n+n\n+m").unwrap(), "n\nn\nm\n");
+        assert_eq!(
+            run("m\nn\n", "@@\n-m\n-n\n+n\n+n\n+m").unwrap(),
+            "n\nn\nm\n"
+        );
     }
 
     #[test]

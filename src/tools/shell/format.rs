@@ -224,9 +224,7 @@ mod tests {
         let text: String = (1..=3000).map(|i| format!("{i}\n")).collect();
         let o = outcome(text.as_bytes(), 0, 20, false);
         let s = shell_output_text(&o, P);
-        assert!(s.starts_with(
-            r#"{"output":"Total output lines: 3000\n\n1\n2\n"#
-        ));
+        assert!(s.starts_with(r#"{"output":"Total output lines: 3000\n\n1\n2\n"#));
         assert!(s.contains("1221\\n12\u{2026}3893 chars truncated\u{2026}2001\\n2002\\n"));
         let f = shell_command_output_text(&o, P);
         assert!(f.starts_with(

@@ -304,12 +304,7 @@ mod tests {
         assert!(tail.ends_with("3000\n"));
         assert_eq!(count_lines(&body), 2221);
         let formatted = formatted_truncate_text(&s, B10K);
-        assert_eq!(
-            formatted,
-            format!(
-                "Total output lines: 3000\n\n{body}"
-            )
-        );
+        assert_eq!(formatted, format!("Total output lines: 3000\n\n{body}"));
         // 40 000 bytes of budget: untouched.
         assert_eq!(truncate_text(&s, TruncationPolicy::Tokens(10_000)), s);
         assert_eq!(
@@ -329,9 +324,7 @@ mod tests {
         assert_eq!(truncate_text(&s, B10K), expected_body);
         assert_eq!(
             formatted_truncate_text(&s, B10K),
-            format!(
-                "Total output lines: 1\n\n{expected_body}"
-            )
+            format!("Total output lines: 1\n\n{expected_body}")
         );
         assert_eq!(count_lines(&expected_body), 1);
     }
