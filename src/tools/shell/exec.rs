@@ -689,7 +689,11 @@ mod tests {
         assert_eq!(o.combined.dropped_bytes, 1_951_424);
         assert_eq!(o.stdout.dropped_bytes, 1_951_424);
         let text = shell_output_text(&o, TruncationPolicy::default());
-        assert!(text.contains(r#"{"output":"Total output lines: 1\n\nxxx"#), "{}", &text[..60]);
+        assert!(
+            text.contains(r#"{"output":"Total output lines: 1\n\nxxx"#),
+            "{}",
+            &text[..60]
+        );
         assert!(text.contains("\u{2026}2990000 chars truncated\u{2026}"));
     }
 
