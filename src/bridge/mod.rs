@@ -5,5 +5,5 @@
 mod definitions;
 mod invoke;
 
-pub use definitions::{ToolFormat, tool_definitions, tool_names};
+pub use definitions::{ToolFormat, function_definition, tool_definitions, tool_names};
 pub use invoke::{InvokeOutcome, invoke, is_shell_tool};
