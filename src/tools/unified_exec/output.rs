@@ -129,7 +129,7 @@ mod tests {
                 .model_text()
                 .contains("Original token count: 1\n")
         );
-        let mut o = out(&vec![b'x'; 100]);
+        let mut o = out(&[b'x'; 100]);
         o.max_output_tokens = Some(10);
         let text = o.model_text();
         assert!(text.contains("Original token count: 25\n"), "{text}");
