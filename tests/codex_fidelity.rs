@@ -135,6 +135,17 @@ async fn heredoc_patch_through_shell_and_shell_command_is_applied() {
     assert_eq!(wall(&text), success("D via_shell.txt\n"));
     assert!(!cwd.path().join("via_shell.txt").exists());
 
+    // `exec_command` (unified exec): the same interception.
+    let script = heredoc("", "*** Add File: via_exec.txt\n+from exec_command");
+    let args = serde_json::json!({ "cmd": script }).to_string();
+    let (text, ok) = d.invoke(&id, "exec_command", &args).await;
+    assert!(ok, "{text}");
+    assert_eq!(wall(&text), success("A via_exec.txt\n"));
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("via_exec.txt")).unwrap(),
+        "from exec_command\n"
+    );
+
     // An ordinary heredoc command is still run.
     let args = serde_json::json!({ "command": "cat <<'EOF'\nplain\nEOF\n" }).to_string();
     let (text, ok) = d.invoke(&id, "shell_command", &args).await;

@@ -38,6 +38,28 @@ const DEFINITIONS: &[Definition] = &[
     },
 ];
 
+/// Tools the bridge serves but does not list by default (the unified-exec pair, listed when a
+/// session enables unified exec).
+const UNLISTED: &[Definition] = &[
+    Definition {
+        name: "exec_command",
+        json: include_str!("definitions/exec_command.json"),
+    },
+    Definition {
+        name: "write_stdin",
+        json: include_str!("definitions/write_stdin.json"),
+    },
+];
+
+/// The Responses-shape definition of a function tool the bridge serves, listed or not.
+pub fn function_definition(name: &str) -> Option<&'static str> {
+    DEFINITIONS
+        .iter()
+        .chain(UNLISTED)
+        .find(|d| d.name == name)
+        .map(|d| d.json)
+}
+
 /// The freeform apply_patch tool's Lark grammar (spec/tools.md §5.1), byte for byte.
 const APPLY_PATCH_GRAMMAR: &str = include_str!("definitions/apply_patch.lark");
 /// corral's description of the JSON apply_patch variant.
@@ -157,6 +179,43 @@ mod tests {
         assert!(
             json.starts_with(r#"[{"type":"function","function":{"name":"shell","description":"#)
         );
+    }
+
+    #[test]
+    fn unified_exec_definitions_are_served_but_not_listed() {
+        let listed = tool_definitions(ToolFormat::Responses, &[]);
+        assert!(!listed.contains(r#""name":"exec_command""#));
+        assert!(!listed.contains(r#""name":"write_stdin""#));
+        let exec = function_definition("exec_command").unwrap();
+        assert!(exec.starts_with(r#"{"type":"function","name":"exec_command","description":"Runs a command in a PTY, returning output or a session ID for ongoing interaction.","strict":false,"parameters":{"type":"object","properties":{"cmd":{"type":"string","description":"Shell command to execute."},"#));
+        assert!(exec.ends_with(r#""required":["cmd"],"additionalProperties":false}}"#));
+        let v: Value = serde_json::from_str(exec).unwrap();
+        let props: Vec<&String> = v["parameters"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(
+            props,
+            [
+                "cmd",
+                "justification",
+                "login",
+                "max_output_tokens",
+                "prefix_rule",
+                "sandbox_permissions",
+                "shell",
+                "tty",
+                "workdir",
+                "yield_time_ms"
+            ]
+        );
+        let write = function_definition("write_stdin").unwrap();
+        assert_eq!(
+            write,
+            r#"{"type":"function","name":"write_stdin","description":"Writes characters to an existing unified exec session and returns recent output.","strict":false,"parameters":{"type":"object","properties":{"chars":{"type":"string","description":"Bytes to write to stdin (may be empty to poll)."},"max_output_tokens":{"type":"number","description":"Maximum number of tokens to return. Excess output will be truncated."},"session_id":{"type":"number","description":"Identifier of the running unified exec session."},"yield_time_ms":{"type":"number","description":"How long to wait (in milliseconds) for output before yielding."}},"required":["session_id"],"additionalProperties":false}}"#
+        );
+        assert!(chat_completions_shape(write).is_some());
     }
 
     #[test]

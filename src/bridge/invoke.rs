@@ -7,7 +7,9 @@ use crate::tools::apply_patch::invocation::{
 use crate::tools::shell::{
     self, ShellArgs, ShellCommandArgs, TruncationPolicy, exec_request, unsupported_payload,
 };
-use crate::tools::{ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file};
+use crate::tools::{
+    ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file, unified_exec,
+};
 use serde::de::DeserializeOwned;
 
 /// What goes back to the model.
@@ -26,10 +28,14 @@ impl InvokeOutcome {
     }
 }
 
-/// Whether `name` runs a command (`shell`, its alias `container.exec`, `shell_command`): the
-/// calls that may ask for escalation and that count as running commands.
+/// Whether `name` runs a command (`shell`, its alias `container.exec`, `shell_command`,
+/// `exec_command`): the calls that may ask for escalation and that count as running commands.
+/// (`write_stdin` talks to a process already running; it starts nothing.)
 pub fn is_shell_tool(name: &str) -> bool {
-    matches!(name, "shell" | "container.exec" | "shell_command")
+    matches!(
+        name,
+        "shell" | "container.exec" | "shell_command" | "exec_command"
+    )
 }
 
 /// Runs the tool `name` with the model's `arguments` (a JSON object for function calls, the raw
@@ -57,6 +63,26 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
         // Codex registers `container.exec` as an alias of `shell`.
         "shell" | "container.exec" => shell_call(ctx, name, arguments, freeform),
         "shell_command" => shell_command_call(ctx, name, arguments, freeform),
+        "exec_command" => function_call(
+            name,
+            arguments,
+            freeform,
+            |args: unified_exec::ExecCommandArgs| {
+                // A patch typed into the shell is applied as a patch (spec/tools.md §5.9).
+                if let Some(out) = intercept_apply_patch(
+                    ctx,
+                    name,
+                    ShellCommand::Script(&args.cmd),
+                    args.workdir.as_deref(),
+                ) {
+                    return Ok((out.output, out.success));
+                }
+                unified_exec::exec_command(ctx, &args).map(|r| (r.model_text(), true))
+            },
+        ),
+        "write_stdin" => function_call(name, arguments, freeform, |args| {
+            unified_exec::write_stdin(ctx, &args).map(|r| (r.model_text(), true))
+        }),
         // Codex's router answers an unregistered tool with the same text.
         _ => Err(ToolError::invalid(format!("unsupported call: {name}"))),
     };
@@ -210,6 +236,9 @@ pub fn intercepts_apply_patch(name: &str, arguments: &str) -> bool {
         "shell_command" => ShellCommandArgs::parse(arguments)
             .ok()
             .map(|a| classify_script(&a.command)),
+        "exec_command" => serde_json::from_str::<unified_exec::ExecCommandArgs>(arguments)
+            .ok()
+            .map(|a| classify_script(&a.cmd)),
         _ => None,
     };
     form.is_some_and(|f| f != Invocation::NotPatch)

@@ -5,7 +5,7 @@
 mod definitions;
 mod invoke;
 
-pub use definitions::{ToolFormat, tool_definitions, tool_names};
+pub use definitions::{ToolFormat, function_definition, tool_definitions, tool_names};
 pub use invoke::{
     InvokeOutcome, ShellCommand, intercept_apply_patch, intercepts_apply_patch, invoke,
     is_shell_tool,

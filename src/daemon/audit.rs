@@ -219,6 +219,7 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::Invoke(r) => (r.name.clone(), invoke_targets(r)),
         Call::Cancel(_) => ("cancel".into(), Vec::new()),
         Call::Credit(_) => ("credit".into(), Vec::new()),
+        Call::CloseSession(_) => ("close_session".into(), Vec::new()),
     }
 }
 
@@ -283,7 +284,7 @@ pub fn call_len(call: &Call) -> usize {
         Call::ApplyPatch(r) => r.encoded_len(),
         Call::Shell(r) => r.encoded_len(),
         Call::Invoke(r) => r.encoded_len(),
-        Call::Cancel(_) | Call::Credit(_) => 0,
+        Call::Cancel(_) | Call::Credit(_) | Call::CloseSession(_) => 0,
     }
 }
 

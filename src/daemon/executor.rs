@@ -188,6 +188,21 @@ impl Executor {
 
     /// The session no longer uses its worker.
     pub async fn close(&self, session: &Session) {
+        // Its long-lived processes (unified exec) die with it, before the worker is let go.
+        let policies = [
+            session.current_policy(),
+            session.escalated_policy.get().cloned(),
+        ];
+        for policy in policies.iter().flatten() {
+            if let Some(worker) = self.pool.existing(policy).await {
+                let close = Call::CloseSession(crate::wire::CloseSession {
+                    session_id: session.id.clone(),
+                });
+                if let Err(e) = worker.call(context_of(session), close).await {
+                    tracing::warn!(session = %session.id, "closing the session's processes failed: {}", e.message());
+                }
+            }
+        }
         if let Some(policy) = session.current_policy() {
             self.pool.release(&policy).await;
         }
@@ -305,5 +320,6 @@ pub fn context_of(session: &Session) -> CallContext {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         timeout_ceiling_ms: session.timeout_ceiling_ms(),
+        session_id: session.id.clone(),
     }
 }

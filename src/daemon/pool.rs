@@ -478,6 +478,13 @@ impl WorkerPool {
         self.live(policy, &slot).await
     }
 
+    /// The live worker for `policy`, if there is one (never starts one).
+    pub async fn existing(&self, policy: &SandboxPolicy) -> Option<Arc<Worker>> {
+        let slot = self.table().get(policy).map(|e| e.worker.clone())?;
+        let current = slot.lock().await;
+        current.as_ref().filter(|w| !w.is_dead()).cloned()
+    }
+
     /// A session stopped using `policy`; the last one out drops the worker (it exits on EOF
     /// once the calls still holding it are done).
     pub async fn release(&self, policy: &SandboxPolicy) {

@@ -135,7 +135,12 @@ impl CorralService {
         trace.mode = session.mode.as_str().to_string();
         let escalated = if asks_escalation {
             if !self.may_escalate(trace.caller) {
-                let text = crate::tools::shell::escalation_refused("Never").message;
+                let text = match call {
+                    Call::Invoke(r) if r.name == "exec_command" => {
+                        crate::tools::unified_exec::errors::escalation_refused("Never").message
+                    }
+                    _ => crate::tools::shell::escalation_refused("Never").message,
+                };
                 return Err(match (refusal, call) {
                     (Refusal::ToModel, Call::Invoke(r)) => {
                         Refused::Answered(Box::new(Reply::Invoke(api::InvokeResponse {

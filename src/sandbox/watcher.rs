@@ -275,6 +275,17 @@ impl CallGuard {
         &self.guarded
     }
 
+    /// What was found since the guard began or since the last call of this, without ending
+    /// the guard (a long-lived process reports findings as it goes).
+    pub fn take_report(&self) -> GuardReport {
+        let mut state = lock(&self.inner.state);
+        state
+            .calls
+            .get_mut(&self.id)
+            .map(|a| std::mem::take(&mut a.report))
+            .unwrap_or_default()
+    }
+
     /// Runs the final scan, stops guarding and reports what was found during the call.
     pub fn finish(mut self) -> GuardReport {
         self.finished = true;

@@ -15,12 +15,22 @@ pub trait CommandRunner: Send + Sync {
         on_chunk: &mut dyn FnMut(OutputChunk),
         cancel: &AtomicBool,
     ) -> Result<ExecOutcome, ToolError>;
+
+    /// Starts the sandbox's watch over a long-lived process (unified exec), held for the
+    /// process's whole life; `None` when there is nothing to watch.
+    fn guard_process(
+        &self,
+    ) -> Result<Option<Box<dyn crate::tools::unified_exec::ProcessGuard>>, ToolError> {
+        Ok(None)
+    }
 }
 
 /// The session facts a tool needs. The sandbox already confines the process; these fields let
 /// tools resolve paths, build commands and report refusals in the model's terms.
 #[derive(Clone)]
 pub struct ToolContext {
+    /// The session the call belongs to (unified-exec processes are kept per session).
+    pub session_id: String,
     /// The session's working directory (absolute).
     pub cwd: PathBuf,
     /// The environment commands receive (the session's, exactly).

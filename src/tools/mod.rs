@@ -10,6 +10,7 @@ pub mod grep_files;
 pub mod list_dir;
 pub mod read_file;
 pub mod shell;
+pub mod unified_exec;
 
 pub use context::{CommandRunner, ToolContext};
 

@@ -6,6 +6,7 @@ use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::watcher::{CallGuard, Guard, GuardReport};
 use crate::tools::shell::capture::{CaptureBuffer, CaptureLimits};
 use crate::tools::shell::{ExecOutcome, ExecRequest, OutputChunk};
+use crate::tools::unified_exec::ProcessGuard;
 use crate::tools::{CommandRunner, ToolError};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -133,6 +134,26 @@ impl CommandRunner for SandboxedRunner {
     ) -> Result<ExecOutcome, ToolError> {
         self.run_checked(req, on_chunk, cancel).map(|r| r.outcome)
     }
+
+    /// A long-lived process can act between calls, so it is guarded for its whole life.
+    fn guard_process(&self) -> Result<Option<Box<dyn ProcessGuard>>, ToolError> {
+        Ok(self
+            .guard_call()?
+            .map(|call| Box::new(LifeGuard(call)) as Box<dyn ProcessGuard>))
+    }
+}
+
+/// The protected-name guard of one unified-exec process.
+struct LifeGuard(CallGuard);
+
+impl ProcessGuard for LifeGuard {
+    fn poll(&mut self) -> Vec<String> {
+        self.0.take_report().lines()
+    }
+
+    fn finish(self: Box<Self>) -> Vec<String> {
+        self.0.finish().lines()
+    }
 }
 
 /// A blocked creation makes the call fail: the output gets one line per finding and an exit
@@ -172,6 +193,7 @@ fn mark_blocked(
 #[cfg(test)]
 pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
     crate::tools::ToolContext {
+        session_id: String::new(),
         cwd: cwd.to_path_buf(),
         env: vec![("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())],
         network_disabled: false,

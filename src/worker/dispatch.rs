@@ -48,7 +48,13 @@ pub fn execute(
 ) -> Reply {
     // Calls that can write re-check protection first (per call, not per worker; H1). Read-only
     // tools cannot create or change a protected name, so they skip it.
-    let can_write = matches!(call, Call::Shell(_) | Call::ApplyPatch(_) | Call::Invoke(_));
+    // write_stdin starts nothing: it talks to a process already running in this worker (which
+    // its own guard watches), so it must reach that worker even when a new one is due.
+    let can_write = match &call {
+        Call::Shell(_) | Call::ApplyPatch(_) => true,
+        Call::Invoke(r) => r.name != "write_stdin",
+        _ => false,
+    };
     if can_write && let Err(what) = runner.protection.check_current() {
         return Reply::Stale(what);
     }
@@ -67,6 +73,10 @@ pub fn execute(
             }
         }),
         Call::Invoke(req) => guarded_invoke(ctx, runner, req),
+        Call::CloseSession(req) => Ok(Reply::Closed(
+            u32::try_from(crate::tools::unified_exec::close_session(&req.session_id))
+                .unwrap_or(u32::MAX),
+        )),
         Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))

@@ -197,6 +197,7 @@ impl WorkerState {
         let mut patch = self.patch_rules.clone();
         patch.cwd = cwd.clone();
         ToolContext {
+            session_id: call.map(|c| c.session_id.clone()).unwrap_or_default(),
             timeout_ceiling_ms: call
                 .map(|c| c.timeout_ceiling_ms)
                 .filter(|t| *t > 0)
@@ -350,6 +351,7 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             // PID namespace to end them).
             Ok(None) | Err(_) => {
                 cancel_all_and_wait(&calls);
+                crate::tools::unified_exec::close_all();
                 return;
             }
         };

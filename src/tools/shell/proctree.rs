@@ -448,7 +448,7 @@ fn held_pipes(pid: i32) -> Vec<u64> {
         .collect()
 }
 
-pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
