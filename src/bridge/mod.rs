@@ -5,5 +5,8 @@
 mod definitions;
 mod invoke;
 
-pub use definitions::{ToolFormat, tool_definitions, tool_names};
-pub use invoke::{InvokeOutcome, invoke, is_shell_tool};
+pub use definitions::{
+    ApplyPatchTool, ListedTools, ShellTool, ToolFormat, ToolSet, VIEW_IMAGE_UNSUPPORTED,
+    is_parallel_safe, list_tools, tool_definitions, tool_names, unsupported_call,
+};
+pub use invoke::{ContentItem, InvokeOutcome, invoke, is_shell_tool};

@@ -10,6 +10,8 @@ pub mod grep_files;
 pub mod list_dir;
 pub mod read_file;
 pub mod shell;
+pub mod update_plan;
+pub mod view_image;
 
 pub use context::{CommandRunner, ToolContext};
 
