@@ -18,46 +18,203 @@ struct Definition {
     json: &'static str,
 }
 
-/// Every tool the bridge serves, in the order they are listed.
-const DEFINITIONS: &[Definition] = &[
-    Definition {
-        name: "shell",
-        json: include_str!("definitions/shell.json"),
-    },
-    Definition {
-        name: "read_file",
-        json: include_str!("definitions/read_file.json"),
-    },
-    Definition {
-        name: "list_dir",
-        json: include_str!("definitions/list_dir.json"),
-    },
-    Definition {
-        name: "grep_files",
-        json: include_str!("definitions/grep_files.json"),
-    },
+const SHELL: Definition = Definition {
+    name: "shell",
+    json: include_str!("definitions/shell.json"),
+};
+const SHELL_COMMAND: Definition = Definition {
+    name: "shell_command",
+    json: include_str!("definitions/shell_command.json"),
+};
+const EXEC_COMMAND: Definition = Definition {
+    name: "exec_command",
+    json: include_str!("definitions/exec_command.json"),
+};
+const WRITE_STDIN: Definition = Definition {
+    name: "write_stdin",
+    json: include_str!("definitions/write_stdin.json"),
+};
+const READ_FILE: Definition = Definition {
+    name: "read_file",
+    json: include_str!("definitions/read_file.json"),
+};
+const LIST_DIR: Definition = Definition {
+    name: "list_dir",
+    json: include_str!("definitions/list_dir.json"),
+};
+const GREP_FILES: Definition = Definition {
+    name: "grep_files",
+    json: include_str!("definitions/grep_files.json"),
+};
+const UPDATE_PLAN: Definition = Definition {
+    name: "update_plan",
+    json: include_str!("definitions/update_plan.json"),
+};
+const VIEW_IMAGE: Definition = Definition {
+    name: "view_image",
+    json: include_str!("definitions/view_image.json"),
+};
+
+/// Every stored function definition (apply_patch is built, see below).
+const DEFINITIONS: &[&Definition] = &[
+    &SHELL,
+    &SHELL_COMMAND,
+    &EXEC_COMMAND,
+    &WRITE_STDIN,
+    &READ_FILE,
+    &LIST_DIR,
+    &GREP_FILES,
+    &UPDATE_PLAN,
+    &VIEW_IMAGE,
 ];
 
-/// Tools the bridge serves but does not list by default (the unified-exec pair, listed when a
-/// session enables unified exec).
-const UNLISTED: &[Definition] = &[
-    Definition {
-        name: "exec_command",
-        json: include_str!("definitions/exec_command.json"),
-    },
-    Definition {
-        name: "write_stdin",
-        json: include_str!("definitions/write_stdin.json"),
-    },
-];
+/// Which shell tool a session offers (Codex's `ConfigShellToolType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShellTool {
+    /// `exec_command` + `write_stdin`: Codex's default.
+    #[default]
+    UnifiedExec,
+    /// `shell_command`.
+    ShellCommand,
+    /// `shell`.
+    Shell,
+    /// No shell tool.
+    None,
+}
 
-/// The Responses-shape definition of a function tool the bridge serves, listed or not.
-pub fn function_definition(name: &str) -> Option<&'static str> {
-    DEFINITIONS
-        .iter()
-        .chain(UNLISTED)
-        .find(|d| d.name == name)
-        .map(|d| d.json)
+/// The apply_patch form a session offers (Codex's `ApplyPatchToolType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApplyPatchTool {
+    /// The custom tool with the Lark grammar: Codex's default. Chat Completions has no custom
+    /// tools and gets the function form instead.
+    #[default]
+    Freeform,
+    /// The function tool with one `input` parameter.
+    Function,
+    /// No apply_patch.
+    None,
+}
+
+/// A session's tool set, mirroring Codex's `ToolsConfig`. The default is Codex's default set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolSet {
+    pub shell: ShellTool,
+    pub apply_patch: ApplyPatchTool,
+    pub update_plan: bool,
+    pub view_image: bool,
+    /// The model takes no image input: view_image refuses (Codex checks the model's modalities).
+    pub no_image_input: bool,
+}
+
+impl Default for ToolSet {
+    fn default() -> Self {
+        Self {
+            shell: ShellTool::default(),
+            apply_patch: ApplyPatchTool::default(),
+            update_plan: true,
+            view_image: true,
+            no_image_input: false,
+        }
+    }
+}
+
+/// Codex's refusal of a tool the model cannot see (spec/tools.md §0).
+pub fn unsupported_call(name: &str) -> String {
+    format!("unsupported call: {name}")
+}
+
+/// view_image for a model without image input (`codex-rs/core/src/tools/handlers/view_image.rs`).
+pub const VIEW_IMAGE_UNSUPPORTED: &str =
+    "view_image is not allowed because you do not support image inputs";
+
+/// Whether Codex lets the model call `name` in parallel with other calls
+/// (`supports_parallel_tool_calls` in `codex-rs/core/src/tools/spec.rs`): the read-only file
+/// tools, view_image and the command tools that start a command are; write_stdin (it drives one
+/// running process), update_plan and apply_patch are not.
+pub fn is_parallel_safe(name: &str) -> bool {
+    matches!(
+        name,
+        "shell"
+            | "shell_command"
+            | "exec_command"
+            | "read_file"
+            | "list_dir"
+            | "grep_files"
+            | "view_image"
+    )
+}
+
+impl ToolSet {
+    /// The set a `ListTools` without a session lists: `shell` (as before sessions chose their
+    /// shell tool) and Codex's defaults for the rest.
+    pub fn sessionless() -> Self {
+        Self {
+            shell: ShellTool::Shell,
+            ..Self::default()
+        }
+    }
+
+    fn shell_definitions(&self) -> &'static [&'static Definition] {
+        match self.shell {
+            ShellTool::UnifiedExec => &[&EXEC_COMMAND, &WRITE_STDIN],
+            ShellTool::ShellCommand => &[&SHELL_COMMAND],
+            ShellTool::Shell => &[&SHELL],
+            ShellTool::None => &[],
+        }
+    }
+
+    /// The names the set lists, in order (before `exclude`).
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> =
+            self.shell_definitions().iter().map(|d| d.name).collect();
+        names.extend([READ_FILE.name, LIST_DIR.name, GREP_FILES.name]);
+        if self.update_plan {
+            names.push(UPDATE_PLAN.name);
+        }
+        if self.apply_patch != ApplyPatchTool::None {
+            names.push("apply_patch");
+        }
+        if self.view_image {
+            names.push(VIEW_IMAGE.name);
+        }
+        names
+    }
+
+    /// Whether Invoke runs a call to `name`: a listed tool, or, while any shell tool is
+    /// offered, one of the shell aliases Codex always registers with it (`shell`,
+    /// `container.exec`, `shell_command`; `codex-rs/core/src/tools/spec.rs`, "Always register
+    /// shell aliases so older prompts remain compatible").
+    pub fn accepts(&self, name: &str) -> bool {
+        if self.shell != ShellTool::None
+            && matches!(name, "shell" | "container.exec" | "shell_command")
+        {
+            return true;
+        }
+        self.names().contains(&name)
+    }
+
+    /// The model text for a call Invoke must not run, if any: `unsupported call: NAME` for a
+    /// tool outside the set, Codex's image-input refusal for view_image.
+    pub fn refusal(&self, name: &str) -> Option<String> {
+        if !self.accepts(name) {
+            return Some(unsupported_call(name));
+        }
+        if name == VIEW_IMAGE.name && self.no_image_input {
+            return Some(VIEW_IMAGE_UNSUPPORTED.to_string());
+        }
+        None
+    }
+}
+
+/// What `ListTools` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedTools {
+    /// The JSON array for the API request's `tools` field.
+    pub json: String,
+    /// The listed names, in order.
+    pub names: Vec<&'static str>,
+    /// The listed names that are parallel-safe, in order.
+    pub parallel_safe: Vec<&'static str>,
 }
 
 /// The freeform apply_patch tool's Lark grammar (spec/tools.md §5.1), byte for byte.
@@ -94,32 +251,54 @@ fn apply_patch_function() -> String {
     .to_string()
 }
 
-/// Names of the tools `ListTools` offers.
+/// Names of the tools `ListTools` offers without a session.
 pub fn tool_names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = DEFINITIONS.iter().map(|d| d.name).collect();
-    names.push("apply_patch");
-    names
+    ToolSet::sessionless().names()
 }
 
-/// The JSON array for the API request's `tools` field, leaving out the names in `exclude`.
+/// The JSON array for the API request's `tools` field without a session, leaving out the names
+/// in `exclude`.
 pub fn tool_definitions(format: ToolFormat, exclude: &[String]) -> String {
-    let mut items: Vec<String> = DEFINITIONS
-        .iter()
-        .filter(|d| !exclude.iter().any(|e| e == d.name))
-        .filter_map(|d| match format {
-            ToolFormat::Responses => Some(d.json.to_string()),
-            ToolFormat::ChatCompletions => chat_completions_shape(d.json),
-        })
-        .collect();
-    if !exclude.iter().any(|e| e == "apply_patch") {
-        items.push(match format {
-            ToolFormat::Responses => apply_patch_freeform(),
-            ToolFormat::ChatCompletions => {
-                chat_completions_shape(&apply_patch_function()).unwrap_or_default()
+    list_tools(&ToolSet::sessionless(), format, exclude).json
+}
+
+/// The tools of `set` in `format`, leaving out the names in `exclude`.
+pub fn list_tools(set: &ToolSet, format: ToolFormat, exclude: &[String]) -> ListedTools {
+    let mut items = Vec::new();
+    let mut names = Vec::new();
+    for name in set.names() {
+        if exclude.iter().any(|e| e == name) {
+            continue;
+        }
+        let json = match name {
+            "apply_patch" => match (format, set.apply_patch) {
+                (ToolFormat::Responses, ApplyPatchTool::Freeform) => Some(apply_patch_freeform()),
+                (ToolFormat::Responses, _) => Some(apply_patch_function()),
+                (ToolFormat::ChatCompletions, _) => chat_completions_shape(&apply_patch_function()),
+            },
+            _ => {
+                let def = DEFINITIONS.iter().find(|d| d.name == name).map(|d| d.json);
+                def.and_then(|json| match format {
+                    ToolFormat::Responses => Some(json.to_string()),
+                    ToolFormat::ChatCompletions => chat_completions_shape(json),
+                })
             }
-        });
+        };
+        if let Some(json) = json {
+            items.push(json);
+            names.push(name);
+        }
     }
-    format!("[{}]", items.join(","))
+    let parallel_safe = names
+        .iter()
+        .copied()
+        .filter(|n| is_parallel_safe(n))
+        .collect();
+    ListedTools {
+        json: format!("[{}]", items.join(",")),
+        names,
+        parallel_safe,
+    }
 }
 
 /// `{"type":"function","function":{name, description, strict, parameters}}`; custom tools have
@@ -149,17 +328,149 @@ mod tests {
             r#"[{"type":"function","name":"shell","description":"Runs a shell command"#
         ));
         let parsed: Vec<Value> = serde_json::from_str(&json).unwrap();
-        assert_eq!(parsed.len(), DEFINITIONS.len() + 1);
-        let patch = parsed.last().unwrap();
+        assert_eq!(parsed.len(), tool_names().len());
+        let patch = parsed.iter().find(|t| t["name"] == "apply_patch").unwrap();
         assert_eq!(patch["type"], "custom");
         let grammar = patch["format"]["definition"].as_str().unwrap();
         assert_eq!(grammar.len(), 578);
         assert!(grammar.starts_with("start: begin_patch hunk+ end_patch\n"));
-        assert!(json.ends_with(r#""format":{"type":"grammar","syntax":"lark","definition":"start: begin_patch hunk+ end_patch\nbegin_patch: \"*** Begin Patch\" LF\nend_patch: \"*** End Patch\" LF?\n\nhunk: add_hunk | delete_hunk | update_hunk\nadd_hunk: \"*** Add File: \" filename LF add_line+\ndelete_hunk: \"*** Delete File: \" filename LF\nupdate_hunk: \"*** Update File: \" filename LF change_move? change?\n\nfilename: /(.+)/\nadd_line: \"+\" /(.*)/ LF -> line\n\nchange_move: \"*** Move to: \" filename LF\nchange: (change_context | change_line)+ eof_line?\nchange_context: (\"@@\" | \"@@ \" /(.+)/) LF\nchange_line: (\"+\" | \"-\" | \" \") /(.*)/ LF\neof_line: \"*** End of File\" LF\n\n%import common.LF\n"}}]"#));
+        assert!(json.contains(r#""format":{"type":"grammar","syntax":"lark","definition":"start: begin_patch hunk+ end_patch\nbegin_patch: \"*** Begin Patch\" LF\nend_patch: \"*** End Patch\" LF?\n\nhunk: add_hunk | delete_hunk | update_hunk\nadd_hunk: \"*** Add File: \" filename LF add_line+\ndelete_hunk: \"*** Delete File: \" filename LF\nupdate_hunk: \"*** Update File: \" filename LF change_move? change?\n\nfilename: /(.+)/\nadd_line: \"+\" /(.*)/ LF -> line\n\nchange_move: \"*** Move to: \" filename LF\nchange: (change_context | change_line)+ eof_line?\nchange_context: (\"@@\" | \"@@ \" /(.+)/) LF\nchange_line: (\"+\" | \"-\" | \" \") /(.*)/ LF\neof_line: \"*** End of File\" LF\n\n%import common.LF\n"}}"#));
         for d in DEFINITIONS {
-            assert!(json.contains(d.json), "{} stored verbatim", d.name);
             assert!(!d.json.ends_with('\n'));
+            let v: Value = serde_json::from_str(d.json).unwrap();
+            assert_eq!(v["name"], d.name);
+            // Byte-stable: re-serialising (preserve_order) gives the stored bytes.
+            assert_eq!(v.to_string(), d.json, "{} is canonical", d.name);
         }
+        for d in [
+            &SHELL,
+            &READ_FILE,
+            &LIST_DIR,
+            &GREP_FILES,
+            &UPDATE_PLAN,
+            &VIEW_IMAGE,
+        ] {
+            assert!(json.contains(d.json), "{} stored verbatim", d.name);
+        }
+    }
+
+    #[test]
+    fn each_shell_tool_lists_its_definitions() {
+        let names = |shell| {
+            ToolSet {
+                shell,
+                ..ToolSet::default()
+            }
+            .names()
+        };
+        let rest = [
+            "read_file",
+            "list_dir",
+            "grep_files",
+            "update_plan",
+            "apply_patch",
+            "view_image",
+        ];
+        let with = |first: &[&'static str]| [first, &rest[..]].concat();
+        assert_eq!(
+            names(ShellTool::UnifiedExec),
+            with(&["exec_command", "write_stdin"])
+        );
+        assert_eq!(names(ShellTool::ShellCommand), with(&["shell_command"]));
+        assert_eq!(names(ShellTool::Shell), with(&["shell"]));
+        assert_eq!(names(ShellTool::None), with(&[]));
+        assert_eq!(ToolSet::default().shell, ShellTool::UnifiedExec);
+    }
+
+    #[test]
+    fn listing_follows_the_set_and_marks_parallel_tools() {
+        let set = ToolSet {
+            shell: ShellTool::ShellCommand,
+            apply_patch: ApplyPatchTool::Function,
+            update_plan: false,
+            view_image: false,
+            no_image_input: false,
+        };
+        let listed = list_tools(&set, ToolFormat::Responses, &[]);
+        assert_eq!(
+            listed.names,
+            [
+                "shell_command",
+                "read_file",
+                "list_dir",
+                "grep_files",
+                "apply_patch"
+            ]
+        );
+        assert_eq!(
+            listed.parallel_safe,
+            ["shell_command", "read_file", "list_dir", "grep_files"]
+        );
+        let parsed: Vec<Value> = serde_json::from_str(&listed.json).unwrap();
+        let names: Vec<_> = parsed.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, listed.names);
+        assert_eq!(parsed[4]["type"], "function");
+        assert!(listed.json.starts_with(&format!("[{}", SHELL_COMMAND.json)));
+
+        let unified = list_tools(&ToolSet::default(), ToolFormat::Responses, &[]);
+        assert_eq!(
+            unified.parallel_safe,
+            [
+                "exec_command",
+                "read_file",
+                "list_dir",
+                "grep_files",
+                "view_image"
+            ]
+        );
+    }
+
+    #[test]
+    fn refusals_follow_the_set() {
+        let none = ToolSet {
+            shell: ShellTool::None,
+            apply_patch: ApplyPatchTool::None,
+            update_plan: false,
+            view_image: false,
+            no_image_input: false,
+        };
+        for name in [
+            "shell",
+            "container.exec",
+            "shell_command",
+            "exec_command",
+            "apply_patch",
+        ] {
+            assert_eq!(
+                none.refusal(name),
+                Some(format!("unsupported call: {name}"))
+            );
+        }
+        assert_eq!(none.refusal("read_file"), None);
+        let unified = ToolSet::default();
+        // Codex keeps the shell aliases registered whatever shell tool it lists.
+        for name in [
+            "shell",
+            "container.exec",
+            "shell_command",
+            "exec_command",
+            "write_stdin",
+        ] {
+            assert_eq!(unified.refusal(name), None, "{name}");
+        }
+        let shell = ToolSet::sessionless();
+        assert_eq!(
+            shell.refusal("write_stdin").as_deref(),
+            Some("unsupported call: write_stdin")
+        );
+        let blind = ToolSet {
+            no_image_input: true,
+            ..ToolSet::default()
+        };
+        assert_eq!(
+            blind.refusal("view_image").as_deref(),
+            Some(VIEW_IMAGE_UNSUPPORTED)
+        );
     }
 
     #[test]
@@ -179,43 +490,6 @@ mod tests {
         assert!(
             json.starts_with(r#"[{"type":"function","function":{"name":"shell","description":"#)
         );
-    }
-
-    #[test]
-    fn unified_exec_definitions_are_served_but_not_listed() {
-        let listed = tool_definitions(ToolFormat::Responses, &[]);
-        assert!(!listed.contains(r#""name":"exec_command""#));
-        assert!(!listed.contains(r#""name":"write_stdin""#));
-        let exec = function_definition("exec_command").unwrap();
-        assert!(exec.starts_with(r#"{"type":"function","name":"exec_command","description":"Runs a command in a PTY, returning output or a session ID for ongoing interaction.","strict":false,"parameters":{"type":"object","properties":{"cmd":{"type":"string","description":"Shell command to execute."},"#));
-        assert!(exec.ends_with(r#""required":["cmd"],"additionalProperties":false}}"#));
-        let v: Value = serde_json::from_str(exec).unwrap();
-        let props: Vec<&String> = v["parameters"]["properties"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect();
-        assert_eq!(
-            props,
-            [
-                "cmd",
-                "justification",
-                "login",
-                "max_output_tokens",
-                "prefix_rule",
-                "sandbox_permissions",
-                "shell",
-                "tty",
-                "workdir",
-                "yield_time_ms"
-            ]
-        );
-        let write = function_definition("write_stdin").unwrap();
-        assert_eq!(
-            write,
-            r#"{"type":"function","name":"write_stdin","description":"Writes characters to an existing unified exec session and returns recent output.","strict":false,"parameters":{"type":"object","properties":{"chars":{"type":"string","description":"Bytes to write to stdin (may be empty to poll)."},"max_output_tokens":{"type":"number","description":"Maximum number of tokens to return. Excess output will be truncated."},"session_id":{"type":"number","description":"Identifier of the running unified exec session."},"yield_time_ms":{"type":"number","description":"How long to wait (in milliseconds) for output before yielding."}},"required":["session_id"],"additionalProperties":false}}"#
-        );
-        assert!(chat_completions_shape(write).is_some());
     }
 
     #[test]

@@ -9,21 +9,39 @@ use crate::tools::shell::{
 };
 use crate::tools::{
     ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file, unified_exec,
+    update_plan, view_image,
 };
 use serde::de::DeserializeOwned;
 
 /// What goes back to the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InvokeOutcome {
     pub output: String,
     pub success: bool,
+    /// When not empty, the function call output is these items rather than `output` (view_image).
+    pub content_items: Vec<ContentItem>,
 }
+
+/// One item of a function call output (Codex's `FunctionCallOutputContentItem`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContentItem {
+    InputText(String),
+    InputImage {
+        image_url: String,
+        detail: Option<String>,
+    },
+}
+
+/// view_image's `output` text beside the image item, for clients that can only send text: the
+/// text older Codex answered while it attached the image to a user message.
+pub const VIEW_IMAGE_OUTPUT_TEXT: &str = "attached local image path";
 
 impl InvokeOutcome {
     fn failed(err: ToolError) -> Self {
         Self {
             output: err.message,
             success: false,
+            content_items: Vec::new(),
         }
     }
 }
@@ -83,11 +101,51 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
         "write_stdin" => function_call(name, arguments, freeform, |args| {
             unified_exec::write_stdin(ctx, &args).map(|r| (r.model_text(), true))
         }),
+        // The plan is for the client (it has the arguments); the model gets `Plan updated`.
+        "update_plan" => function_call(
+            name,
+            arguments,
+            freeform,
+            |_: update_plan::UpdatePlanArgs| Ok((update_plan::PLAN_UPDATED.to_string(), true)),
+        ),
+        "view_image" => return view_image_call(ctx, name, arguments, freeform),
         // Codex's router answers an unregistered tool with the same text.
         _ => Err(ToolError::invalid(format!("unsupported call: {name}"))),
     };
     match result {
-        Ok((output, success)) => InvokeOutcome { output, success },
+        Ok((output, success)) => InvokeOutcome {
+            output,
+            success,
+            content_items: Vec::new(),
+        },
+        Err(err) => InvokeOutcome::failed(err),
+    }
+}
+
+/// `view_image`: the image as one `input_image` content item (spec/tools.md §8).
+fn view_image_call(
+    ctx: &ToolContext,
+    name: &str,
+    arguments: &str,
+    freeform: bool,
+) -> InvokeOutcome {
+    let result = function_call(
+        name,
+        arguments,
+        freeform,
+        |args: view_image::ViewImageArgs| {
+            view_image::view_image(&ctx.cwd, &args).map(|out| (out, true))
+        },
+    );
+    match result {
+        Ok((image, _)) => InvokeOutcome {
+            output: VIEW_IMAGE_OUTPUT_TEXT.to_string(),
+            success: true,
+            content_items: vec![ContentItem::InputImage {
+                image_url: image.image_url,
+                detail: image.detail.map(str::to_string),
+            }],
+        },
         Err(err) => InvokeOutcome::failed(err),
     }
 }
@@ -194,6 +252,7 @@ pub fn intercept_apply_patch(
             return Some(InvokeOutcome {
                 output: IMPLICIT_INVOCATION_ERROR.to_string(),
                 success: false,
+                content_items: Vec::new(),
             });
         }
         Invocation::Patch { patch, workdir } => (patch, workdir),
@@ -217,6 +276,7 @@ pub fn intercept_apply_patch(
                 InvokeOutcome {
                     output: out.model_text(),
                     success: true,
+                    content_items: Vec::new(),
                 }
             }
             Err(err) => InvokeOutcome::failed(err),
@@ -245,12 +305,12 @@ pub fn intercepts_apply_patch(name: &str, arguments: &str) -> bool {
 }
 
 /// A function tool: refuses a freeform payload, parses the JSON arguments into `A`, runs `run`.
-fn function_call<A: DeserializeOwned>(
+fn function_call<A: DeserializeOwned, T>(
     name: &str,
     arguments: &str,
     freeform: bool,
-    run: impl FnOnce(A) -> Result<(String, bool), ToolError>,
-) -> Result<(String, bool), ToolError> {
+    run: impl FnOnce(A) -> Result<(T, bool), ToolError>,
+) -> Result<(T, bool), ToolError> {
     if freeform {
         return Err(ToolError::invalid(format!(
             "{name} handler received unsupported payload"
@@ -288,7 +348,8 @@ mod tests {
             out,
             InvokeOutcome {
                 output: "L2: beta\nL3: gamma".into(),
-                success: true
+                success: true,
+                content_items: vec![],
             }
         );
     }
@@ -374,5 +435,72 @@ mod tests {
         let plain = serde_json::json!({ "command": "echo hi" }).to_string();
         assert!(!intercepts_apply_patch("shell_command", &plain));
         assert!(!intercepts_apply_patch("read_file", &sc));
+    }
+
+    #[test]
+    fn update_plan_through_the_bridge() {
+        let c = ctx(&PathBuf::from("/"));
+        let out = invoke(
+            &c,
+            "update_plan",
+            r#"{"plan":[{"step":"a","status":"pending"}]}"#,
+            false,
+        );
+        assert_eq!((out.output.as_str(), out.success), ("Plan updated", true));
+        let out = invoke(
+            &c,
+            "update_plan",
+            r#"{"plan":[{"step":"a","status":"done"}]}"#,
+            false,
+        );
+        assert_eq!(
+            out.output,
+            "failed to parse function arguments: unknown variant `done`, expected one of \
+             `pending`, `in_progress`, `completed` at line 1 column 36"
+        );
+        assert!(!out.success);
+        let out = invoke(&c, "update_plan", "x", true);
+        assert_eq!(
+            out.output,
+            "update_plan handler received unsupported payload"
+        );
+    }
+
+    #[test]
+    fn view_image_through_the_bridge() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut png = std::io::Cursor::new(Vec::new());
+        image::DynamicImage::new_rgba8(3, 2)
+            .write_to(&mut png, image::ImageFormat::Png)
+            .unwrap();
+        std::fs::write(dir.path().join("p.png"), png.get_ref()).unwrap();
+        let out = invoke(&ctx(dir.path()), "view_image", r#"{"path":"p.png"}"#, false);
+        assert!(out.success);
+        assert_eq!(out.output, "attached local image path");
+        let [ContentItem::InputImage { image_url, detail }] = &out.content_items[..] else {
+            panic!("one image: {out:?}");
+        };
+        assert!(image_url.starts_with("data:image/png;base64,iVBORw0KGgo"));
+        assert_eq!(detail, &None);
+        let out = invoke(
+            &ctx(dir.path()),
+            "view_image",
+            r#"{"path":"p.png","detail":"original"}"#,
+            false,
+        );
+        assert!(
+            matches!(&out.content_items[..], [ContentItem::InputImage { detail: Some(d), .. }] if d == "original")
+        );
+        let out = invoke(&ctx(dir.path()), "view_image", "{}", false);
+        assert_eq!(
+            out.output,
+            "failed to parse function arguments: missing field `path` at line 1 column 2"
+        );
+        assert!(out.content_items.is_empty() && !out.success);
+        let out = invoke(&ctx(dir.path()), "view_image", "x", true);
+        assert_eq!(
+            out.output,
+            "view_image handler received unsupported payload"
+        );
     }
 }

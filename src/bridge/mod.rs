@@ -5,8 +5,11 @@
 mod definitions;
 mod invoke;
 
-pub use definitions::{ToolFormat, function_definition, tool_definitions, tool_names};
+pub use definitions::{
+    ApplyPatchTool, ListedTools, ShellTool, ToolFormat, ToolSet, VIEW_IMAGE_UNSUPPORTED,
+    is_parallel_safe, list_tools, tool_definitions, tool_names, unsupported_call,
+};
 pub use invoke::{
-    InvokeOutcome, ShellCommand, intercept_apply_patch, intercepts_apply_patch, invoke,
-    is_shell_tool,
+    ContentItem, InvokeOutcome, ShellCommand, intercept_apply_patch, intercepts_apply_patch,
+    invoke, is_shell_tool,
 };

@@ -163,6 +163,7 @@ impl Executor {
             policy: None,
             live_policy: Default::default(),
             refreshing: Default::default(),
+            tools: Default::default(),
         };
         let policy = self
             .policy_for(&session)

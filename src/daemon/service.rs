@@ -147,6 +147,7 @@ impl CorralService {
                             call_id: r.call_id.clone(),
                             output: text,
                             success: false,
+                            ..Default::default()
                         })))
                     }
                     _ => Refused::Status(status::escalation_refused(text)),
@@ -832,9 +833,11 @@ impl Bridge for CorralService {
     ) -> Result<Response<api::ListToolsResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
-        if !req.session_id.is_empty() {
-            self.session(&req.session_id, caller)?;
-        }
+        let set = if req.session_id.is_empty() {
+            bridge::ToolSet::sessionless()
+        } else {
+            self.session(&req.session_id, caller)?.tools
+        };
         let format = match api::ToolFormat::try_from(req.format) {
             Ok(api::ToolFormat::Unspecified | api::ToolFormat::Responses) => ToolFormat::Responses,
             Ok(api::ToolFormat::ChatCompletions) => ToolFormat::ChatCompletions,
@@ -845,8 +848,11 @@ impl Bridge for CorralService {
                 ));
             }
         };
+        let listed = bridge::list_tools(&set, format, &req.exclude);
         Ok(Response::new(api::ListToolsResponse {
-            tools_json: bridge::tool_definitions(format, &req.exclude),
+            tools_json: listed.json,
+            names: listed.names.iter().map(|n| n.to_string()).collect(),
+            parallel_safe: listed.parallel_safe.iter().map(|n| n.to_string()).collect(),
         }))
     }
 
@@ -861,6 +867,19 @@ impl Bridge for CorralService {
                 "name",
                 "name is required: the tool the model called",
             ));
+        }
+        // A tool outside the session's set is Codex's `unsupported call: NAME`; nothing runs.
+        if let Some(output) = self
+            .session(&req.session_id, caller)?
+            .tools
+            .refusal(&req.name)
+        {
+            return Ok(Response::new(api::InvokeResponse {
+                call_id: req.call_id,
+                output,
+                success: false,
+                ..Default::default()
+            }));
         }
         let escalate = asks_for_escalation(&req.name, &req.arguments);
         let id = req.session_id.clone();

@@ -39,6 +39,8 @@ pub struct Session {
     /// Cancelled when the session closes or expires: its calls in flight are cancelled too
     /// (their process trees killed).
     pub closed: tokio_util::sync::CancellationToken,
+    /// The tools the session offers (ListTools lists exactly these; Invoke refuses others).
+    pub tools: crate::bridge::ToolSet,
 }
 
 impl Session {
@@ -117,6 +119,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         }
         writable_roots.push(PathBuf::from(root));
     }
+    let tools = tool_set(req).map_err(|(field, message)| err(field, message))?;
     Ok(Session {
         id: String::new(),
         cwd,
@@ -139,6 +142,50 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         refreshing: Default::default(),
         escalated_policy: Default::default(),
         closed: Default::default(),
+        tools,
+    })
+}
+
+/// The session's tool set from OpenSession's options; unspecified options take Codex's defaults.
+fn tool_set(
+    req: &api::OpenSessionRequest,
+) -> Result<crate::bridge::ToolSet, (&'static str, String)> {
+    use crate::bridge::{ApplyPatchTool, ShellTool, ToolSet};
+    let shell = match api::ShellTool::try_from(req.shell_tool) {
+        Ok(api::ShellTool::Unspecified | api::ShellTool::UnifiedExec) => ShellTool::UnifiedExec,
+        Ok(api::ShellTool::ShellCommand) => ShellTool::ShellCommand,
+        Ok(api::ShellTool::Shell) => ShellTool::Shell,
+        Ok(api::ShellTool::None) => ShellTool::None,
+        Err(_) => {
+            return Err((
+                "shell_tool",
+                format!("shell_tool {} is not a known ShellTool", req.shell_tool),
+            ));
+        }
+    };
+    let apply_patch = match api::ApplyPatchTool::try_from(req.apply_patch_tool) {
+        Ok(api::ApplyPatchTool::Unspecified | api::ApplyPatchTool::Freeform) => {
+            ApplyPatchTool::Freeform
+        }
+        Ok(api::ApplyPatchTool::Function) => ApplyPatchTool::Function,
+        Ok(api::ApplyPatchTool::None) => ApplyPatchTool::None,
+        Err(_) => {
+            return Err((
+                "apply_patch_tool",
+                format!(
+                    "apply_patch_tool {} is not a known ApplyPatchTool",
+                    req.apply_patch_tool
+                ),
+            ));
+        }
+    };
+    let defaults = ToolSet::default();
+    Ok(ToolSet {
+        shell,
+        apply_patch,
+        update_plan: req.update_plan.unwrap_or(defaults.update_plan),
+        view_image: req.view_image.unwrap_or(defaults.view_image),
+        no_image_input: req.no_image_input,
     })
 }
 

@@ -11,6 +11,8 @@ pub mod list_dir;
 pub mod read_file;
 pub mod shell;
 pub mod unified_exec;
+pub mod update_plan;
+pub mod view_image;
 
 pub use context::{CommandRunner, ToolContext};
 

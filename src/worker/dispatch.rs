@@ -115,15 +115,32 @@ fn guarded_invoke(
             None
         };
     let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
-    let (output, success) = match runner.guard_finish(call) {
-        Some(lines) => (format!("patch rejected: {lines}"), false),
-        None => (out.output, out.success),
+    let (output, success, items) = match runner.guard_finish(call) {
+        Some(lines) => (format!("patch rejected: {lines}"), false, Vec::new()),
+        None => (out.output, out.success, out.content_items),
     };
     Ok(Reply::Invoke(api::InvokeResponse {
         call_id: req.call_id,
         output,
         success,
+        content_items: items.into_iter().map(content_item).collect(),
     }))
+}
+
+/// A bridge content item as its proto message.
+fn content_item(item: bridge::ContentItem) -> api::OutputContentItem {
+    use api::output_content_item::Item;
+    api::OutputContentItem {
+        item: Some(match item {
+            bridge::ContentItem::InputText(text) => Item::InputText(text),
+            bridge::ContentItem::InputImage { image_url, detail } => {
+                Item::InputImage(api::InputImage {
+                    image_url,
+                    detail: detail.unwrap_or_default(),
+                })
+            }
+        }),
+    }
 }
 
 /// A u64 from the wire as a usize (saturating on 32-bit hosts, where nothing that large fits).

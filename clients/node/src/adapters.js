@@ -10,6 +10,19 @@
  * @typedef {{role: 'tool', tool_call_id: string, content: string}} ChatToolMessage
  */
 
+/** An output's content items (view_image's image) as Responses API input items. */
+function contentItems(result) {
+  return (result.contentItems ?? []).flatMap((c) => {
+    if (c.item === 'inputText') return [{ type: 'input_text', text: c.inputText }];
+    if (c.item === 'inputImage') {
+      const image = { type: 'input_image', image_url: c.inputImage.imageUrl };
+      if (c.inputImage.detail) image.detail = c.inputImage.detail;
+      return [image];
+    }
+    return [];
+  });
+}
+
 /** OpenAI Responses API: `function_call` / `custom_tool_call` output items → their outputs. */
 export class ResponsesAdapter {
   /**
@@ -42,7 +55,8 @@ export class ResponsesAdapter {
     if (item?.type === 'function_call') {
       const result = await this.session.invoke(item.name, item.arguments ?? '{}', { callId: item.call_id });
       this.onResult?.(item, result);
-      return { type: 'function_call_output', call_id: item.call_id, output: result.output };
+      const items = contentItems(result);
+      return { type: 'function_call_output', call_id: item.call_id, output: items.length ? items : result.output };
     }
     if (item?.type === 'custom_tool_call') {
       const result = await this.session.invoke(item.name, item.input ?? '', { callId: item.call_id, freeform: true });

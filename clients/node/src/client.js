@@ -285,7 +285,13 @@ export class Client {
       if (freeform) throw new TypeError('invoke: freeform arguments must be a string');
       args = JSON.stringify(args);
     }
-    return unary(this._bridge, 'invoke', { sessionId, name, arguments: args, callId, freeform }, this._opts(opts));
+    return unary(this._bridge, 'invoke', { sessionId, name, arguments: args, callId, freeform }, this._opts(opts)).then(
+      (res) => {
+        // `contentItems` (view_image's image) only when there are any.
+        if (!res.contentItems?.length) delete res.contentItems;
+        return res;
+      },
+    );
   }
 
   /** Closes the channel. */

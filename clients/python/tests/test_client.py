@@ -126,7 +126,9 @@ def test_shell_stream_cancel(session):
 def test_list_tools_shapes(session):
     responses = session.list_tools()
     names = [t["name"] for t in responses]
-    assert {"shell", "read_file", "list_dir", "grep_files"} <= set(names)
+    # A default session offers Codex's default set: unified exec, not `shell`.
+    assert {"exec_command", "write_stdin", "read_file", "list_dir", "grep_files"} <= set(names)
+    assert {"update_plan", "view_image", "apply_patch"} <= set(names)
     assert all(t["type"] in ("function", "custom") for t in responses)
     chat = session.list_tools("chat")
     assert all(set(t) == {"type", "function"} and t["type"] == "function" for t in chat)

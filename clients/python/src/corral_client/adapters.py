@@ -30,6 +30,21 @@ def _require(obj: Any, key: str, kind: str) -> Any:
     return value
 
 
+def _content_items(resp: Any) -> list[dict[str, Any]]:
+    """An output's content items (view_image's image) as Responses API input items."""
+    items: list[dict[str, Any]] = []
+    for item in getattr(resp, "content_items", ()):
+        kind = item.WhichOneof("item")
+        if kind == "input_text":
+            items.append({"type": "input_text", "text": item.input_text})
+        elif kind == "input_image":
+            image = {"type": "input_image", "image_url": item.input_image.image_url}
+            if item.input_image.detail:
+                image["detail"] = item.input_image.detail
+            items.append(image)
+    return items
+
+
 class ResponsesAdapter:
     """Tools and tool-call handling for the OpenAI Responses API.
 
@@ -56,7 +71,8 @@ class ResponsesAdapter:
         name = _require(item, "name", kind or "item")
         if kind == "function_call":
             resp = self.session.invoke(name, _get(item, "arguments") or "{}", call_id=call_id)
-            return {"type": "function_call_output", "call_id": call_id, "output": resp.output}
+            items = _content_items(resp)
+            return {"type": "function_call_output", "call_id": call_id, "output": items or resp.output}
         if kind == "custom_tool_call":
             resp = self.session.invoke(name, _get(item, "input") or "", call_id=call_id, freeform=True)
             return {"type": "custom_tool_call_output", "call_id": call_id, "output": resp.output}
