@@ -15,6 +15,19 @@ const MODES = {
   'danger-full-access': 'SANDBOX_MODE_DANGER_FULL_ACCESS',
 };
 
+const SHELL_TOOLS = {
+  unified_exec: 'SHELL_TOOL_UNIFIED_EXEC',
+  shell_command: 'SHELL_TOOL_SHELL_COMMAND',
+  shell: 'SHELL_TOOL_SHELL',
+  none: 'SHELL_TOOL_NONE',
+};
+
+const APPLY_PATCH_TOOLS = {
+  freeform: 'APPLY_PATCH_TOOL_FREEFORM',
+  function: 'APPLY_PATCH_TOOL_FUNCTION',
+  none: 'APPLY_PATCH_TOOL_NONE',
+};
+
 const FORMATS = {
   responses: 'TOOL_FORMAT_RESPONSES',
   chat: 'TOOL_FORMAT_CHAT_COMPLETIONS',
@@ -243,6 +256,9 @@ export class Client {
       excludeTmpdirEnvVar: settings.excludeTmpdirEnvVar,
       excludeSlashTmp: settings.excludeSlashTmp,
       env: settings.env,
+      // The session's tool set (unified exec by default, as in Codex); tools() lists exactly it.
+      shellTool: enumValue(SHELL_TOOLS, settings.shellTool, 'SHELL_TOOL_', 'shell tool'),
+      applyPatchTool: enumValue(APPLY_PATCH_TOOLS, settings.applyPatchTool, 'APPLY_PATCH_TOOL_', 'apply_patch tool'),
     });
     const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
     return new Session(this, res.sessionId, {

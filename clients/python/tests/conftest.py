@@ -185,6 +185,8 @@ def open_transcript_session(client: Client, workspace: Path, settings: dict[str,
         env=s.get("env") or session_env(workspace),
         exclude_tmpdir_env_var=s.get("exclude_tmpdir_env_var", False),
         exclude_slash_tmp=s.get("exclude_slash_tmp", False),
+        shell_tool=s.get("shell_tool"),
+        apply_patch_tool=s.get("apply_patch_tool"),
     )
 
 

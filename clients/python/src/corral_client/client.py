@@ -276,6 +276,8 @@ class Client:
         exclude_tmpdir_env_var: bool = False,
         exclude_slash_tmp: bool = False,
         profile: str | None = None,
+        shell_tool: str | int | None = None,
+        apply_patch_tool: str | int | None = None,
         timeout: float | None = None,
     ) -> Session:
         """Opens a session; use it as a context manager so it is closed on exit.
@@ -283,7 +285,10 @@ class Client:
         ``cwd`` is made absolute (not resolved) on this side. ``mode`` is ``"read-only"``,
         ``"workspace-write"`` or ``"danger-full-access"`` (or a ``SandboxMode`` value). ``env`` is the
         whole environment commands get: corral passes none of its own, so give at least ``PATH``
-        (and ``HOME``) for shell commands.
+        (and ``HOME``) for shell commands. ``shell_tool`` picks the session's shell tool
+        (``"unified_exec"`` — the default, as in Codex —, ``"shell_command"``, ``"shell"`` or
+        ``"none"``) and ``apply_patch_tool`` its apply_patch form (``"freeform"``, ``"function"``,
+        ``"none"``); ``tools()`` then lists exactly that set.
         """
         req = pb.OpenSessionRequest(
             cwd=os.path.abspath(os.fspath(cwd)),
@@ -296,6 +301,10 @@ class Client:
         )
         if profile:
             req.profile = profile  # needs a daemon (and proto) with sandbox profiles
+        if shell_tool is not None:
+            req.shell_tool = _enum(pb.ShellTool, "SHELL_TOOL_", shell_tool)
+        if apply_patch_tool is not None:
+            req.apply_patch_tool = _enum(pb.ApplyPatchTool, "APPLY_PATCH_TOOL_", apply_patch_tool)
         resp = self._call(self._sessions.OpenSession, req, timeout)
         return Session(self, resp)
 
@@ -638,3 +647,15 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             break
         shift += 7
     return result, pos
+
+
+def _enum(enum: Any, prefix: str, value: str | int) -> int:
+    """An enum value from its short name (``"shell_command"``), full name or number."""
+    if isinstance(value, int):
+        return value
+    name = value if value.startswith(prefix) else prefix + value.upper().replace("-", "_")
+    try:
+        return enum.Value(name)
+    except ValueError:
+        known = ", ".join(n[len(prefix):].lower() for n in enum.keys() if not n.endswith("UNSPECIFIED"))
+        raise ValueError(f"unknown {prefix.rstrip('_').lower()}: {value!r} (one of {known})") from None
