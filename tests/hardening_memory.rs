@@ -6,56 +6,16 @@
 
 mod common;
 
-use common::{Daemon, outside};
+use common::{Daemon, DaemonCgroup, outside};
 use corral::api::{self, SandboxMode};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// A v1 memory cgroup with a cap for the daemon, removed (with what the daemon made inside it)
-/// on drop; `None` where the controller is absent.
-struct DaemonCgroup(PathBuf);
-
-impl DaemonCgroup {
-    fn create(limit: u64) -> Option<DaemonCgroup> {
-        let root = Path::new("/sys/fs/cgroup/memory");
-        if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
-            return None;
-        }
-        let dir = root.join(format!("corral-h11-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
-        Some(DaemonCgroup(dir))
-    }
-}
-
-impl Drop for DaemonCgroup {
-    fn drop(&mut self) {
-        fn rmdirs(dir: &Path) -> bool {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        rmdirs(&e.path());
-                    }
-                }
-            }
-            std::fs::remove_dir(dir).is_ok()
-        }
-        for _ in 0..100 {
-            if rmdirs(&self.0) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
 
 #[tokio::test]
 async fn a_command_cannot_take_more_memory_than_its_worker_limit() {
-    let Some(cg) = DaemonCgroup::create(1536 << 20) else {
+    let Some(cg) = DaemonCgroup::create("h11", 1536 << 20) else {
         eprintln!("skipped: needs root and a v1 memory controller (CI has both)");
         return;
     };
-    let join = format!("echo $$ > {}/cgroup.procs; exec \"$@\"", cg.0.display());
+    let join = cg.join_script();
     let conf_dir = outside();
     let conf = conf_dir.path().join("corral.toml");
     // 192 MiB per worker.

@@ -9,8 +9,8 @@ use common::{CORRAL, Daemon};
 use corral::api;
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn root() -> bool {
     let ok = nix::unistd::geteuid().is_root();
@@ -18,77 +18,6 @@ fn root() -> bool {
         eprintln!("skipped: these tests need root (CI runs as root)");
     }
     ok
-}
-
-/// A daemon started by this file (the shared harness cannot set its environment, socket
-/// directory or stderr); SIGTERMed and reaped on drop.
-struct Served {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Served {
-    fn spawn(socket: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Child {
-        let mut cmd = Command::new(CORRAL);
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()))
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        cmd.spawn().expect("spawn corral serve")
-    }
-
-    async fn start(socket: &Path, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Served {
-        let child = Self::spawn(socket, extra, env, stderr);
-        let served = Served {
-            child: Some(child),
-            socket: socket.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if served.socket.exists() && corral::client::connect(served.target()).await.is_ok() {
-                return served;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("daemon on {} did not start", socket.display());
-    }
-
-    fn target(&self) -> &str {
-        self.socket.to_str().expect("utf-8 socket path")
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("SIGTERM");
-        child.wait().expect("wait")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// Runs `cmd` to completion, but kills it and fails after 20 s: a daemon that should have refused
@@ -220,7 +149,7 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
     // A second daemon, reachable from the sandbox: its socket lies in the session's cwd (the
     // default socket directories are masked, see the next test).
     let b_socket = ws.path().join("b/corral.sock");
-    let _b = Served::start(
+    let _b = Daemon::start_at(
         &b_socket,
         &["--root-callers", "trusted", "--allow-escalation"],
         &[],
@@ -366,7 +295,7 @@ async fn h7_default_corral_socket_directories_are_masked() {
     // A daemon whose own state directory holds that directory (it listens right in
     // /run/user/UID): the two masks nest, and sandboxes must still start.
     let socket = PathBuf::from(format!("/run/user/{uid}/noway-{}.sock", std::process::id()));
-    let outer = Served::start(&socket, &[], &[], Stdio::null()).await;
+    let outer = Daemon::start_at(&socket, &[], &[], Stdio::null()).await;
     let channel = corral::client::connect(outer.target()).await.unwrap();
     let id = api::sessions_client::SessionsClient::new(channel.clone())
         .open_session(session_req())
@@ -424,7 +353,7 @@ async fn h17_the_daemon_refuses_to_listen_in_an_untrusted_directory() {
     }
     // The same daemon listens fine in a private directory of its own.
     let private = common::outside();
-    let mut ok = Served::start(&private.path().join("c.sock"), &[], &[], Stdio::null()).await;
+    let mut ok = Daemon::start_at(&private.path().join("c.sock"), &[], &[], Stdio::null()).await;
     assert!(ok.terminate().success());
 }
 
@@ -472,7 +401,7 @@ async fn h17_the_cli_refuses_a_socket_another_user_could_have_planted() {
     }
     let dir = common::outside();
     let socket = dir.path().join("corral.sock");
-    let d = Served::start(&socket, &[], &[], Stdio::null()).await;
+    let d = Daemon::start_at(&socket, &[], &[], Stdio::null()).await;
     let s = d.target().to_string();
     let dir_s = dir.path().display().to_string();
     let mode = format!(
@@ -523,7 +452,7 @@ async fn h17_the_cli_refuses_a_socket_another_user_could_have_planted() {
 // ---------------------------------------------------------------------------------------------
 // H16: a sane default environment, nothing of the daemon's.
 
-async fn env_of(d: &Served, cwd: &Path, env: &[(&str, &str)]) -> Vec<(String, String)> {
+async fn env_of(d: &Daemon, cwd: &Path, env: &[(&str, &str)]) -> Vec<(String, String)> {
     let channel = corral::client::connect(d.target()).await.unwrap();
     let id = api::sessions_client::SessionsClient::new(channel.clone())
         .open_session(api::OpenSessionRequest {
@@ -565,7 +494,7 @@ async fn h16_commands_get_a_sane_default_environment_and_no_daemon_secrets() {
         return;
     }
     let dir = common::outside();
-    let d = Served::start(
+    let d = Daemon::start_at(
         &dir.path().join("c.sock"),
         &[],
         &[("SECRET_TOKEN", "x"), ("PATH", "/opt/daemon-only/bin:.:")],
@@ -630,7 +559,8 @@ async fn a_closed_stderr_does_not_take_the_daemon_down() {
     let dir = common::outside();
     let socket = dir.path().join("c.sock");
     let (reader, writer) = std::io::pipe().unwrap();
-    let mut d = Served::start(&socket, &["--log-level", "debug"], &[], Stdio::from(writer)).await;
+    let mut d =
+        Daemon::start_at(&socket, &["--log-level", "debug"], &[], Stdio::from(writer)).await;
     // Baseline: it was logging into the pipe.
     let mut reader = reader;
     let mut first = [0u8; 16];

@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{CORRAL, Daemon, outside, scratch};
+use common::{Daemon, outside, scratch};
 use corral::api::{self, SandboxMode, shell_stream_event::Event};
-use std::os::unix::fs::{PermissionsExt, chown};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The daemon's resident memory in KiB.
@@ -41,45 +40,6 @@ fn processes_with(marker: &str) -> Vec<u32> {
         }
     }
     found
-}
-
-/// A memory cgroup (v1) with a cap, removed on drop; `None` where the controller is absent.
-struct MemoryCgroup(PathBuf);
-
-impl MemoryCgroup {
-    fn create(limit: &str) -> Option<MemoryCgroup> {
-        let root = Path::new("/sys/fs/cgroup/memory");
-        if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
-            return None;
-        }
-        let dir = root.join(format!("corral-h6-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        std::fs::write(dir.join("memory.limit_in_bytes"), limit).ok()?;
-        Some(MemoryCgroup(dir))
-    }
-}
-
-impl Drop for MemoryCgroup {
-    fn drop(&mut self) {
-        // Wait for the daemon's processes to leave, then remove the group and the worker
-        // groups the daemon made inside it, deepest first (cgroupfs removes only directories).
-        fn rmdirs(dir: &Path) -> bool {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        rmdirs(&e.path());
-                    }
-                }
-            }
-            std::fs::remove_dir(dir).is_ok()
-        }
-        for _ in 0..100 {
-            if rmdirs(&self.0) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
 }
 
 /// Bytes written so far by the processes whose command line contains `marker`.
@@ -117,11 +77,11 @@ async fn read_latency(d: &Daemon, session: &str) -> Duration {
 /// H6: `cat /dev/zero` streamed to a client that reads one event and stops.
 #[tokio::test]
 async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the_budget() {
-    let cgroup = MemoryCgroup::create("536870912");
+    let cgroup = common::DaemonCgroup::create("h6", 512 << 20);
     let join;
     let wrapper: Vec<&str> = match &cgroup {
         Some(g) => {
-            join = format!("echo $$ > {}/cgroup.procs; exec \"$@\"", g.0.display());
+            join = g.join_script();
             vec!["sh", "-c", &join, "sh"]
         }
         None => {
@@ -550,13 +510,15 @@ async fn one_user_cannot_fill_the_session_table() {
         std::fs::Permissions::from_mode(0o755),
     )
     .unwrap();
-    let user = TestUser::create();
+    let user = common::TestUser::create("cap");
     let socket = d.target().to_string();
+    let dir = user.dir.display().to_string();
+    let open = ["open-session", "--mode", "read-only", "--cwd", dir.as_str()];
     for n in 1..=64 {
-        let (code, out, err) = user.corral(&socket);
+        let (code, out, err) = user.corral(&socket, &open);
         assert_eq!(code, 0, "session {n}: {out} {err}");
     }
-    let (code, out, err) = user.corral(&socket);
+    let (code, out, err) = user.corral(&socket, &open);
     assert_ne!(code, 0, "the 65th session opened: {out}");
     assert!(
         err.contains("64") && err.contains("policy.default") && err.contains("sessions"),
@@ -567,82 +529,4 @@ async fn one_user_cannot_fill_the_session_table() {
     d.try_open(cwd.path(), SandboxMode::ReadOnly)
         .await
         .expect("another user can still open a session");
-}
-
-/// A user created for the test and deleted on drop, with a private directory.
-struct TestUser {
-    name: String,
-    dir: PathBuf,
-    _bin: tempfile::TempDir,
-    bin: PathBuf,
-}
-
-impl TestUser {
-    fn create() -> TestUser {
-        let name = format!("crlcap{}", std::process::id());
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/bin/bash", &name])
-            .output()
-            .expect("useradd");
-        assert!(
-            out.status.success(),
-            "useradd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let user = nix::unistd::User::from_name(&name).unwrap().unwrap();
-        let dir = PathBuf::from(format!("/tmp/{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        // The checkout may live where only root can enter; run a copy of the CLI.
-        let bin_dir = outside();
-        std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let bin = bin_dir.path().join("corral");
-        std::fs::copy(CORRAL, &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        TestUser {
-            name,
-            dir,
-            _bin: bin_dir,
-            bin,
-        }
-    }
-
-    /// `corral open-session` as this user; returns (exit code, stdout, stderr).
-    fn corral(&self, socket: &str) -> (i32, String, String) {
-        let out = Command::new("setpriv")
-            .args([
-                "--reuid",
-                &self.name,
-                "--regid",
-                &self.name,
-                "--init-groups",
-                "--",
-            ])
-            .arg(&self.bin)
-            .args([
-                "open-session",
-                "--mode",
-                "read-only",
-                "--cwd",
-                self.dir.to_str().unwrap(),
-                "--socket",
-                socket,
-            ])
-            .current_dir(&self.dir)
-            .output()
-            .expect("setpriv");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).trim_end().to_string(),
-            String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
-        )
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
 }

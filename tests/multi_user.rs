@@ -5,70 +5,22 @@
 
 mod common;
 
-use common::{CORRAL, Daemon};
+use common::{Daemon, TestUser};
 use std::os::unix::fs::{PermissionsExt, chown};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-/// A user created for the test and deleted on drop, with a private 0700 directory.
-struct TestUser {
-    name: String,
-    uid: u32,
-    dir: PathBuf,
+/// A test user with a secret file only they may read.
+fn user_with_secret(tag: &str) -> TestUser {
+    let user = TestUser::create(tag);
+    let secret = user.dir.join("secret.txt");
+    std::fs::write(&secret, format!("{} secret\n", user.name)).unwrap();
+    chown(&secret, Some(user.uid), Some(user.gid)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    user
 }
 
+/// What the tests below do as a user, through the CLI.
 impl TestUser {
-    fn create(tag: &str) -> TestUser {
-        let name = format!("crl{tag}{}", std::process::id());
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/bin/bash", &name])
-            .output()
-            .expect("useradd");
-        assert!(
-            out.status.success(),
-            "useradd: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let user = nix::unistd::User::from_name(&name).unwrap().unwrap();
-        let dir = PathBuf::from(format!("/tmp/{name}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let secret = dir.join("secret.txt");
-        std::fs::write(&secret, format!("{name} secret\n")).unwrap();
-        chown(&secret, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-        TestUser {
-            name,
-            uid: user.uid.as_raw(),
-            dir,
-        }
-    }
-
-    /// Runs the corral CLI as this user; returns (exit code, stdout, stderr).
-    fn corral(&self, socket: &str, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new("setpriv")
-            .args([
-                "--reuid",
-                &self.name,
-                "--regid",
-                &self.name,
-                "--init-groups",
-                "--",
-            ])
-            .arg(client_binary())
-            .args(args)
-            .args(["--socket", socket])
-            .current_dir(&self.dir)
-            .output()
-            .expect("setpriv");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).trim_end().to_string(),
-            String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
-        )
-    }
-
     fn open(&self, socket: &str, dir: &Path) -> String {
         let (code, id, err) = self.corral(
             socket,
@@ -105,28 +57,6 @@ impl TestUser {
     }
 }
 
-/// The CLI binary where every user may run it: the checkout may live in a directory only root
-/// can enter (e.g. /root), so the test runs a copy.
-fn client_binary() -> &'static Path {
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, path) = COPY.get_or_init(|| {
-        let dir = common::outside();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = dir.path().join("corral");
-        std::fs::copy(CORRAL, &path).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (dir, path)
-    });
-    path
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = Command::new("userdel").arg(&self.name).output();
-    }
-}
-
 #[tokio::test]
 async fn two_users_cannot_touch_each_others_files_or_sessions() {
     if !nix::unistd::geteuid().is_root() {
@@ -141,8 +71,8 @@ async fn two_users_cannot_touch_each_others_files_or_sessions() {
     )
     .unwrap();
     let socket = d.target().to_string();
-    let a = TestUser::create("a");
-    let b = TestUser::create("b");
+    let a = user_with_secret("a");
+    let b = user_with_secret("b");
     let sa = a.open(&socket, &a.dir);
     let sb = b.open(&socket, &b.dir);
     let b_secret = b.dir.join("secret.txt").display().to_string();

@@ -59,6 +59,35 @@ impl Daemon {
         daemon
     }
 
+    /// Starts `corral serve` on `socket` (any directory) with `env` added to this process's
+    /// environment and the given stderr, and waits until it answers.
+    pub async fn start_at(
+        socket: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Daemon {
+        let child = Command::new(CORRAL)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn corral serve");
+        let dir = outside();
+        let daemon = Daemon {
+            child: Some(child),
+            log: dir.path().join("daemon.log"),
+            dir,
+            socket: socket.to_path_buf(),
+        };
+        daemon.wait_ready().await;
+        daemon
+    }
+
     async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
@@ -271,4 +300,134 @@ pub fn host_sh(script: &str) -> (i32, String) {
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.code().unwrap_or(-1), text)
+}
+
+/// A v1 memory cgroup with a cap for a daemon under test, so a test that could exhaust memory
+/// cannot hurt the host; removed on drop with the worker groups the daemon made inside it.
+/// `None` where the controller is absent or the test is not root.
+pub struct DaemonCgroup(pub PathBuf);
+
+impl DaemonCgroup {
+    pub fn create(tag: &str, limit_bytes: u64) -> Option<DaemonCgroup> {
+        let root = Path::new("/sys/fs/cgroup/memory");
+        if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
+            return None;
+        }
+        let dir = root.join(format!("corral-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        std::fs::write(dir.join("memory.limit_in_bytes"), limit_bytes.to_string()).ok()?;
+        Some(DaemonCgroup(dir))
+    }
+
+    /// The `sh -c` script for [`Daemon::start_wrapped`] that joins the group, then execs.
+    pub fn join_script(&self) -> String {
+        format!("echo $$ > {}/cgroup.procs; exec \"$@\"", self.0.display())
+    }
+}
+
+impl Drop for DaemonCgroup {
+    fn drop(&mut self) {
+        // Deepest first: cgroupfs removes only empty directories.
+        fn rmdirs(dir: &Path) -> bool {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        rmdirs(&e.path());
+                    }
+                }
+            }
+            std::fs::remove_dir(dir).is_ok()
+        }
+        // Wait for the daemon's processes to leave.
+        for _ in 0..100 {
+            if rmdirs(&self.0) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A local user created for the test and deleted on drop, with a private 0700 directory
+/// `/tmp/<name>` it owns. Needs root.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub dir: PathBuf,
+}
+
+impl TestUser {
+    pub fn create(tag: &str) -> TestUser {
+        use std::os::unix::fs::PermissionsExt;
+        let name = format!("crl{tag}{}", std::process::id());
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/bin/bash", &name])
+            .output()
+            .expect("useradd");
+        assert!(
+            out.status.success(),
+            "useradd: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let user = nix::unistd::User::from_name(&name).unwrap().unwrap();
+        let dir = PathBuf::from(format!("/tmp/{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        TestUser {
+            name,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            dir,
+        }
+    }
+
+    /// Runs the corral CLI as this user, in its directory, against `socket`; returns (exit
+    /// code, stdout, stderr), trimmed.
+    pub fn corral(&self, socket: &str, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                &self.name,
+                "--regid",
+                &self.name,
+                "--init-groups",
+                "--",
+            ])
+            .arg(client_binary())
+            .args(args)
+            .args(["--socket", socket])
+            .current_dir(&self.dir)
+            .output()
+            .expect("setpriv");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).trim_end().to_string(),
+            String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
+        )
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = Command::new("userdel").arg(&self.name).output();
+    }
+}
+
+/// The CLI binary where every user may run it: the checkout may live in a directory only root
+/// can enter (e.g. /root), so the tests run a copy.
+pub fn client_binary() -> &'static Path {
+    use std::os::unix::fs::PermissionsExt;
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, path) = COPY.get_or_init(|| {
+        let dir = outside();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("corral");
+        std::fs::copy(CORRAL, &path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, path)
+    });
+    path
 }

@@ -31,9 +31,9 @@ pub const IO_DRAIN_TIMEOUT_MS: u64 = 2_000;
 
 /// After the tree is killed, how long to wait for the pipes to reach end-of-file. Normally
 /// immediate (every writer is dead); the bound only matters if a process escaped tracking.
-const FINAL_DRAIN: Duration = Duration::from_millis(200);
+pub(crate) const FINAL_DRAIN: Duration = Duration::from_millis(200);
 /// How long killing the tree may take before the survivors are reported as leftovers.
-const KILL_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const KILL_LIMIT: Duration = Duration::from_secs(5);
 /// How often the cancel flag is looked at while nothing else happens.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// Without a pidfd the leader's exit is noticed by polling this often.

@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::buffer::HeadTail;
+use crate::tools::shell::exec::{FINAL_DRAIN, IO_DRAIN_TIMEOUT_MS, KILL_LIMIT};
 use crate::tools::shell::proctree::{ProcessTree, pidfd_open};
 
 /// `UNIFIED_EXEC_OUTPUT_MAX_BYTES` (§7.1).
@@ -23,16 +24,12 @@ pub const UNIFIED_EXEC_OUTPUT_MAX_BYTES: usize = 1024 * 1024;
 /// PTY size (§7.1, corral's choice).
 pub const PTY_ROWS: u16 = 24;
 pub const PTY_COLS: u16 = 80;
-/// After the leader exits, how long output is still read before the rest of its tree is killed
-/// (the shell tools' `IO_DRAIN_TIMEOUT_MS`).
-const EXIT_DRAIN: Duration = Duration::from_millis(2_000);
+/// After the leader exits, how long output is still read before the rest of its tree is killed:
+/// the shell tools' `IO_DRAIN_TIMEOUT_MS`.
+const EXIT_DRAIN: Duration = Duration::from_millis(IO_DRAIN_TIMEOUT_MS);
 /// How often the reader thread looks at the kill flag, the guard and the tree when nothing
 /// else happens.
 const TICK: Duration = Duration::from_millis(50);
-/// How long killing a tree may take.
-const KILL_LIMIT: Duration = Duration::from_secs(5);
-/// After the tree is killed, how long to wait for the output to reach end-of-file.
-const FINAL_DRAIN: Duration = Duration::from_millis(200);
 /// How long a write to a full PTY may wait.
 const WRITE_LIMIT: Duration = Duration::from_secs(5);
 
