@@ -68,6 +68,16 @@ enum Refused {
     Answered(Box<Reply>),
 }
 
+/// A model's call refused with a text for the model (`success: false`).
+fn answered(r: &api::InvokeRequest, output: String) -> Refused {
+    Refused::Answered(Box::new(Reply::Invoke(api::InvokeResponse {
+        call_id: r.call_id.clone(),
+        output,
+        success: false,
+        ..Default::default()
+    })))
+}
+
 /// A call on its way through the pipeline: what its audit line and metrics need at the end.
 struct Trace {
     caller: Caller,
@@ -133,6 +143,13 @@ impl CorralService {
             .session(&trace.session_id, trace.caller)
             .map_err(Refused::Status)?;
         trace.mode = session.mode.as_str().to_string();
+        // A model's call of a tool outside the session's set is Codex's `unsupported call:
+        // NAME`; nothing runs.
+        if let Call::Invoke(r) = call
+            && let Some(output) = session.tools.refusal(&r.name)
+        {
+            return Err(answered(r, output));
+        }
         let escalated = if asks_escalation {
             if !self.may_escalate(trace.caller) {
                 let text = match call {
@@ -142,14 +159,7 @@ impl CorralService {
                     _ => crate::tools::shell::escalation_refused("Never").message,
                 };
                 return Err(match (refusal, call) {
-                    (Refusal::ToModel, Call::Invoke(r)) => {
-                        Refused::Answered(Box::new(Reply::Invoke(api::InvokeResponse {
-                            call_id: r.call_id.clone(),
-                            output: text,
-                            success: false,
-                            ..Default::default()
-                        })))
-                    }
+                    (Refusal::ToModel, Call::Invoke(r)) => answered(r, text),
                     _ => Refused::Status(status::escalation_refused(text)),
                 });
             }
@@ -867,19 +877,6 @@ impl Bridge for CorralService {
                 "name",
                 "name is required: the tool the model called",
             ));
-        }
-        // A tool outside the session's set is Codex's `unsupported call: NAME`; nothing runs.
-        if let Some(output) = self
-            .session(&req.session_id, caller)?
-            .tools
-            .refusal(&req.name)
-        {
-            return Ok(Response::new(api::InvokeResponse {
-                call_id: req.call_id,
-                output,
-                success: false,
-                ..Default::default()
-            }));
         }
         let escalate = asks_for_escalation(&req.name, &req.arguments);
         let id = req.session_id.clone();
