@@ -138,6 +138,11 @@ struct Inner {
     /// Each writable root and the permission bits it had when the worker started.
     roots: Vec<(PathBuf, u32)>,
     state: Mutex<State>,
+    /// Quarantined trees not yet deleted. Pushed under `state`'s lock by the sweep that renamed
+    /// them; emptied only under `deleting`, so a finishing call waits for a deletion the watcher
+    /// thread has in hand and retries one that failed (its directory was briefly `0555`).
+    trash: Mutex<Vec<PathBuf>>,
+    deleting: Mutex<()>,
     thread: OnceLock<io::Result<()>>,
     next: AtomicU64,
 }
@@ -175,6 +180,8 @@ impl Guard {
                 inotify: unsafe { OwnedFd::from_raw_fd(ino) },
                 roots,
                 state: Mutex::default(),
+                trash: Mutex::default(),
+                deleting: Mutex::default(),
                 thread: OnceLock::new(),
                 next: AtomicU64::new(1),
             }),
@@ -302,8 +309,9 @@ impl CallGuard {
         }
         let watched = std::mem::take(&mut self.watched);
         release_dirs(&self.inner, &mut state, &watched);
+        lock(&self.inner.trash).append(&mut trash);
         drop(state);
-        trash.iter().for_each(|t| delete_tree(t));
+        empty_trash(&self.inner);
         report
     }
 }
@@ -410,8 +418,9 @@ fn watch_loop(inner: &Inner) {
                 found.roots_restored = restore_roots(&inner.roots);
             }
             share(&mut state, &found, None);
+            lock(&inner.trash).append(&mut trash);
         }
-        trash.iter().for_each(|t| delete_tree(t));
+        empty_trash(inner);
     }
 }
 
@@ -565,6 +574,21 @@ fn make_owner_writable(dir: &Path) -> Option<u32> {
     Some(old)
 }
 
+/// Deletes every pending quarantined tree; one that cannot be deleted yet stays pending for
+/// the next sweep or the next finishing call. Never called with `state` locked.
+fn empty_trash(inner: &Inner) {
+    let _one_deleter = lock(&inner.deleting);
+    let pending = std::mem::take(&mut *lock(&inner.trash));
+    let left: Vec<PathBuf> = pending
+        .into_iter()
+        .filter(|t| {
+            delete_tree(t);
+            std::fs::symlink_metadata(t).is_ok()
+        })
+        .collect();
+    lock(&inner.trash).extend(left);
+}
+
 /// Deletes a quarantined tree: every directory in it is first given its owner's rwx back (a
 /// `0555` tree cannot be emptied otherwise), never following a symlink.
 fn delete_tree(path: &Path) {
@@ -592,12 +616,29 @@ fn delete_tree(path: &Path) {
             open_up(path);
             // std's remove_dir_all works through O_NOFOLLOW directory descriptors, so a
             // symlink planted inside the tree cannot redirect the deletion.
-            let _ = std::fs::remove_dir_all(path);
+            with_writable_parent(path, || std::fs::remove_dir_all(path));
         }
-        Ok(_) => {
-            let _ = std::fs::remove_file(path);
-        }
+        Ok(_) => with_writable_parent(path, || std::fs::remove_file(path)),
         Err(_) => {}
+    }
+}
+
+/// Runs `remove`; when it is refused because the sandbox took the write bit off the
+/// quarantine's directory (ours), runs it once more with the bit back, then restores the
+/// directory's mode exactly as the sandbox left it.
+fn with_writable_parent(path: &Path, remove: impl Fn() -> io::Result<()>) {
+    let refused =
+        |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM));
+    match remove() {
+        Err(e) if refused(&e) => {
+            if let Some(dir) = path.parent()
+                && let Some(mode) = make_owner_writable(dir)
+            {
+                let _ = remove();
+                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -742,11 +783,16 @@ mod tests {
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o555)).unwrap();
         assert!(wait_gone(&root.join(".git")));
         let report = call.finish();
+        // Once the call has finished, the quarantined tree is gone even though the root is
+        // still 0555 (as root (CI) it is deletable anyway; as its owner after opening it up),
+        // and the root keeps the mode the sandbox gave it.
+        let left = leftovers(&root);
+        let mode = std::fs::metadata(&root).unwrap().mode() & 0o7777;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(report.removed, vec![root.join(".git")]);
         assert!(report.not_removed.is_empty());
-        // As root (CI) the tree is deletable anyway; as its owner it is, after opening it up.
-        assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(mode, 0o555);
     }
 
     #[test]
