@@ -220,6 +220,34 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::Cancel(_) => ("cancel".into(), Vec::new()),
         Call::Credit(_) => ("credit".into(), Vec::new()),
         Call::CloseSession(_) => ("close_session".into(), Vec::new()),
+        Call::Process(p) => describe_process(p),
+    }
+}
+
+/// A typed process call: `process_start` with its argv (or script), the others with the id.
+fn describe_process(call: &crate::wire::ProcessCall) -> (String, Vec<String>) {
+    use crate::api::start_process_request::Command;
+    use crate::wire::process_call::Op;
+    let id = |id: i32| vec![id.to_string()];
+    match &call.op {
+        Some(Op::Start(r)) => (
+            "process_start".into(),
+            match &r.command {
+                Some(Command::Argv(a)) => a.args.clone(),
+                Some(Command::Script(s)) => vec![s.clone()],
+                None => Vec::new(),
+            },
+        ),
+        Some(Op::Write(r)) => ("process_write".into(), id(r.process_id)),
+        Some(Op::Read(r)) => ("process_read".into(), id(r.process_id)),
+        Some(Op::Resize(r)) => ("process_resize".into(), id(r.process_id)),
+        Some(Op::Signal(r)) => (
+            "process_signal".into(),
+            vec![r.process_id.to_string(), r.signal.clone()],
+        ),
+        Some(Op::Terminate(r)) => ("process_terminate".into(), id(r.process_id)),
+        Some(Op::List(_)) => ("process_list".into(), Vec::new()),
+        None => ("process".into(), Vec::new()),
     }
 }
 
@@ -284,6 +312,7 @@ pub fn call_len(call: &Call) -> usize {
         Call::ApplyPatch(r) => r.encoded_len(),
         Call::Shell(r) => r.encoded_len(),
         Call::Invoke(r) => r.encoded_len(),
+        Call::Process(p) => p.encoded_len(),
         Call::Cancel(_) | Call::Credit(_) | Call::CloseSession(_) => 0,
     }
 }
@@ -296,6 +325,7 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
         Reply::ApplyPatch(r) => r.encoded_len(),
         Reply::Shell(r) => r.encoded_len(),
         Reply::Invoke(r) => r.encoded_len(),
+        Reply::Process(r) => r.encoded_len(),
         _ => 0,
     };
     match reply {

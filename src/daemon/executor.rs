@@ -1,7 +1,9 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
+use crate::daemon::commands::Slot;
 use crate::daemon::pool::{Worker, WorkerPool};
+use crate::daemon::processes::Home;
 use crate::daemon::sessions::Session;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
@@ -164,6 +166,8 @@ impl Executor {
             live_policy: Default::default(),
             refreshing: Default::default(),
             tools: Default::default(),
+            processes: Default::default(),
+            held_policies: Default::default(),
         };
         let policy = self
             .policy_for(&session)
@@ -189,12 +193,27 @@ impl Executor {
 
     /// The session no longer uses its worker.
     pub async fn close(&self, session: &Session) {
-        // Its long-lived processes (unified exec) die with it, before the worker is let go.
-        let policies = [
+        // Its long-lived processes (unified exec) die with it, before the workers are let go.
+        let held: Vec<SandboxPolicy> = std::mem::take(
+            &mut *session
+                .held_policies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        let mut policies: Vec<SandboxPolicy> = Vec::new();
+        for policy in [
             session.current_policy(),
             session.escalated_policy.get().cloned(),
-        ];
-        for policy in policies.iter().flatten() {
+        ]
+        .into_iter()
+        .flatten()
+        .chain(held.iter().cloned())
+        {
+            if !policies.contains(&policy) {
+                policies.push(policy);
+            }
+        }
+        for policy in &policies {
             if let Some(worker) = self.pool.existing(policy).await {
                 let close = Call::CloseSession(crate::wire::CloseSession {
                     session_id: session.id.clone(),
@@ -204,10 +223,14 @@ impl Executor {
                 }
             }
         }
+        session.processes.clear();
         if let Some(policy) = session.current_policy() {
             self.pool.release(&policy).await;
         }
         if let Some(policy) = session.escalated_policy.get() {
+            self.pool.release(policy).await;
+        }
+        for policy in &held {
             self.pool.release(policy).await;
         }
     }
@@ -274,29 +297,69 @@ impl Executor {
             .live_policy
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(fresh);
-        self.pool.release(&current).await;
+        if session.processes.lives_in(&current) {
+            // Processes the session started there keep running where they are; calls naming
+            // them are routed there until the session closes.
+            session
+                .held_policies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(current);
+        } else {
+            self.pool.release(&current).await;
+        }
         Ok(())
     }
 
-    /// Runs one call in the session's worker (or, escalated, in a danger-full-access one).
+    /// Runs one call in the session's worker (or, escalated, in a danger-full-access one); a
+    /// call naming a kept process runs in the worker that has it. `slot` is the call's
+    /// running-command slot: a process the call leaves running keeps it.
     pub async fn call(
         &self,
         session: &Session,
         call: Call,
         escalated: bool,
+        slot: Option<Slot>,
     ) -> Result<Reply, Status> {
+        if is_process_list(&call) {
+            return self.list_processes(session, call).await;
+        }
+        let home = named_process(&call).and_then(|id| session.processes.home_of(id));
+        let mut context = context_of(session);
+        if starts_process(&call) {
+            context.new_process_id = session.processes.draw_id();
+        }
+        let mut slot = slot;
         // One retry: a stale worker ran nothing, and the refreshed one matches the workspace
         // as it is now.
         for attempt in 0..2 {
             let seen = session.current_policy();
-            let worker = self.worker_for(session, escalated).await?;
+            let (worker, home) = match &home {
+                Some(h) if h.escalated => (self.worker_for(session, true).await?, h.clone()),
+                Some(h) => (self.pool.get(&h.policy).await?, h.clone()),
+                None => {
+                    let worker = self.worker_for(session, escalated).await?;
+                    let policy = if escalated {
+                        session.escalated_policy.get().cloned()
+                    } else {
+                        seen.clone()
+                    };
+                    let policy =
+                        policy.ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+                    (worker, Home { policy, escalated })
+                }
+            };
             let result = tokio::select! {
-                result = worker.call(context_of(session), call.clone()) => result,
+                result = worker.call_tracked(context.clone(), call.clone()) => result,
                 // Dropping the call future cancels it in the worker.
                 _ = session.closed.cancelled() => Err(Status::cancelled(
                     "the session was closed while the call was running; the call was cancelled",
                 )),
             };
+            let result = result.map(|(reply, kept, ended)| {
+                session.processes.record(&home, &kept, &ended, slot.take());
+                reply
+            });
             match (result, seen) {
                 (Ok(Reply::Stale(what)), Some(seen)) if attempt == 0 && !escalated => {
                     self.refresh(session, &seen, &what).await?;
@@ -309,6 +372,76 @@ impl Executor {
         }
         unreachable!("the loop returns on its second attempt")
     }
+
+    /// ListProcesses: the session's processes from every worker that has some, and from its
+    /// current one, by id.
+    async fn list_processes(&self, session: &Session, call: Call) -> Result<Reply, Status> {
+        let mut workers: Vec<Arc<Worker>> = vec![self.worker_for(session, false).await?];
+        for home in session.processes.homes() {
+            let worker = if home.escalated {
+                self.worker_for(session, true).await?
+            } else {
+                self.pool.get(&home.policy).await?
+            };
+            if !workers.iter().any(|w| Arc::ptr_eq(w, &worker)) {
+                workers.push(worker);
+            }
+        }
+        let mut all: Vec<crate::api::ProcessInfo> = Vec::new();
+        for worker in workers {
+            match worker.call(context_of(session), call.clone()).await? {
+                Reply::Process(crate::wire::ProcessReply {
+                    op: Some(crate::wire::process_reply::Op::List(list)),
+                }) => all.extend(list.processes),
+                other => return Ok(other),
+            }
+        }
+        for p in &mut all {
+            p.escalated = session.processes.is_escalated(p.process_id);
+        }
+        all.sort_by_key(|p| p.process_id);
+        Ok(Reply::Process(crate::wire::ProcessReply {
+            op: Some(crate::wire::process_reply::Op::List(
+                crate::api::ListProcessesResponse { processes: all },
+            )),
+        }))
+    }
+}
+
+/// The process a call names: write_stdin's `session_id`, or a typed call's `process_id`.
+fn named_process(call: &Call) -> Option<i32> {
+    use crate::wire::process_call::Op;
+    match call {
+        Call::Invoke(r) if r.name == "write_stdin" => {
+            serde_json::from_str::<serde_json::Value>(&r.arguments)
+                .ok()?
+                .get("session_id")?
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+        }
+        Call::Process(p) => match p.op.as_ref()? {
+            Op::Write(r) => Some(r.process_id),
+            Op::Read(r) => Some(r.process_id),
+            Op::Resize(r) => Some(r.process_id),
+            Op::Signal(r) => Some(r.process_id),
+            Op::Terminate(r) => Some(r.process_id),
+            Op::Start(_) | Op::List(_) => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether a call may leave a process running (it gets an id drawn by the daemon).
+pub fn starts_process(call: &Call) -> bool {
+    match call {
+        Call::Invoke(r) => r.name == "exec_command",
+        Call::Process(p) => matches!(p.op, Some(crate::wire::process_call::Op::Start(_))),
+        _ => false,
+    }
+}
+
+fn is_process_list(call: &Call) -> bool {
+    matches!(call, Call::Process(p) if matches!(p.op, Some(crate::wire::process_call::Op::List(_))))
 }
 
 /// The per-call session facts sent with each call.
@@ -322,5 +455,6 @@ pub fn context_of(session: &Session) -> CallContext {
             .collect(),
         timeout_ceiling_ms: session.timeout_ceiling_ms(),
         session_id: session.id.clone(),
+        new_process_id: 0,
     }
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod peer;
 pub mod policy;
 pub mod pool;
+pub mod processes;
 pub mod resolver;
 pub mod server;
 pub mod service;

@@ -273,14 +273,28 @@ impl Worker {
 
     /// Runs a unary call to completion.
     pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
+        self.call_tracked(context, call)
+            .await
+            .map(|(reply, _, _)| reply)
+    }
+
+    /// Runs a unary call to completion; with the processes the worker started and stopped
+    /// keeping for the call's session.
+    pub async fn call_tracked(
+        &self,
+        context: CallContext,
+        call: Call,
+    ) -> Result<(Reply, Vec<i32>, Vec<i32>), Status> {
         let (mut handle, mut rx) = self.start(context, call, false).await?;
         match rx.recv().await {
             Some(WorkerReply {
                 result: Some(result),
+                kept_processes,
+                ended_processes,
                 ..
             }) => {
                 handle.done();
-                Ok(result)
+                Ok((result, kept_processes, ended_processes))
             }
             Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
             None => {

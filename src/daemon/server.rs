@@ -2,7 +2,8 @@
 //! shutdown on SIGTERM/SIGINT.
 
 use crate::api::{
-    bridge_server::BridgeServer, sessions_server::SessionsServer, tools_server::ToolsServer,
+    bridge_server::BridgeServer, processes_server::ProcessesServer,
+    sessions_server::SessionsServer, tools_server::ToolsServer,
 };
 use crate::daemon::audit::Audit;
 use crate::daemon::config::{Config, ListenAddr};
@@ -88,6 +89,9 @@ pub async fn serve(
             health_reporter
                 .set_serving::<BridgeServer<CorralService>>()
                 .await;
+            health_reporter
+                .set_serving::<ProcessesServer<CorralService>>()
+                .await;
         }
         Err(e) => {
             // Sandboxed calls would fail closed: say so before anyone calls.
@@ -97,6 +101,9 @@ pub async fn serve(
                 .await;
             health_reporter
                 .set_not_serving::<BridgeServer<CorralService>>()
+                .await;
+            health_reporter
+                .set_not_serving::<ProcessesServer<CorralService>>()
                 .await;
             health_reporter
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -127,6 +134,7 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(SessionsServer::new(service.clone()))
         .add_service(ToolsServer::new(service.clone()))
+        .add_service(ProcessesServer::new(service.clone()))
         .add_service(BridgeServer::new(service));
 
     let expiry = tokio::spawn(expire_idle_sessions(sessions, executor.clone()));

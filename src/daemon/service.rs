@@ -1,9 +1,12 @@
-//! The gRPC services: Sessions, Tools and Bridge. Every tool call — typed, streamed or through
+//! The gRPC services: Sessions, Tools, Bridge and Processes. Every tool call — typed, streamed or through
 //! the bridge — takes one pipeline: resolve the session → policy checks (escalation, timeout
 //! ceiling, running-command slot) → the worker → metrics and audit on every outcome, refusals
 //! included. Status codes come from `status.rs`.
 
-use crate::api::{self, bridge_server::Bridge, sessions_server::Sessions, tools_server::Tools};
+use crate::api::{
+    self, bridge_server::Bridge, processes_server::Processes, sessions_server::Sessions,
+    tools_server::Tools,
+};
 use crate::bridge::{self, ToolFormat};
 use crate::daemon::audit::{self, Audit, Finished, Outcome};
 use crate::daemon::commands::Slot;
@@ -14,6 +17,8 @@ use crate::daemon::policy::{PolicyConfig, Rule, names_of};
 use crate::daemon::pool::{CallHandle, Credits};
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
 use crate::daemon::status::{self, invalid_field};
+use crate::wire::process_call::Op as ProcessOp;
+use crate::wire::process_reply::Op as ProcessAnswer;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
 use std::future::Future;
@@ -93,11 +98,12 @@ struct Trace {
 }
 
 /// What the policy checks granted: the session, whether the call runs escalated, and the
-/// running-command slot it holds until it ends.
+/// running-command slot it holds until it ends (or, if it leaves a process running, until
+/// that process is gone).
 struct Admitted {
     session: Arc<Session>,
     escalated: bool,
-    _slot: Option<Slot>,
+    slot: Option<Slot>,
 }
 
 impl CorralService {
@@ -176,7 +182,8 @@ impl CorralService {
             }
         }
         let is_shell = matches!(call, Call::Shell(_))
-            || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name));
+            || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name))
+            || crate::daemon::executor::starts_process(call);
         let slot = if is_shell {
             Some(self.running.start(&session).map_err(Refused::Status)?)
         } else {
@@ -191,7 +198,7 @@ impl CorralService {
         Ok(Admitted {
             session,
             escalated,
-            _slot: slot,
+            slot,
         })
     }
 
@@ -245,7 +252,7 @@ impl CorralService {
         };
         let result = self
             .executor
-            .call(&admitted.session, call, admitted.escalated)
+            .call(&admitted.session, call, admitted.escalated, admitted.slot)
             .await;
         let result = match result {
             Ok(Reply::Failure(f)) => Err(status::tool_failure(f)),
@@ -887,5 +894,143 @@ impl Bridge for CorralService {
             Reply::Invoke(r) => Ok(Response::new(r)),
             other => Err(status::unexpected_reply(other)),
         }
+    }
+}
+
+impl CorralService {
+    /// The pipeline for a typed process call; the answer's matching variant, or INTERNAL.
+    async fn process<T>(
+        &self,
+        caller: Caller,
+        session_id: &str,
+        op: crate::wire::process_call::Op,
+        asks_escalation: bool,
+        answer: impl FnOnce(crate::wire::process_reply::Op) -> Option<T>,
+    ) -> Result<Response<T>, Status> {
+        let call = Call::Process(crate::wire::ProcessCall { op: Some(op) });
+        match self
+            .run(caller, session_id, call, asks_escalation, Refusal::Status)
+            .await?
+        {
+            Reply::Process(crate::wire::ProcessReply { op: Some(op) }) => {
+                answer(op).map(Response::new).ok_or_else(|| {
+                    Status::internal("the sandbox worker answered another process call")
+                })
+            }
+            other => Err(status::unexpected_reply(other)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Processes for CorralService {
+    async fn start_process(
+        &self,
+        request: Request<api::StartProcessRequest>,
+    ) -> Result<Response<api::StartProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let (id, escalate) = (req.session_id.clone(), req.with_escalated_permissions);
+        self.process(
+            caller,
+            &id,
+            ProcessOp::Start(req),
+            escalate,
+            |op| match op {
+                ProcessAnswer::Start(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn write_process(
+        &self,
+        request: Request<api::WriteProcessRequest>,
+    ) -> Result<Response<api::WriteProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(caller, &id, ProcessOp::Write(req), false, |op| match op {
+            ProcessAnswer::Write(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn read_process(
+        &self,
+        request: Request<api::ReadProcessRequest>,
+    ) -> Result<Response<api::ReadProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(caller, &id, ProcessOp::Read(req), false, |op| match op {
+            ProcessAnswer::Read(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn resize_process(
+        &self,
+        request: Request<api::ResizeProcessRequest>,
+    ) -> Result<Response<api::ResizeProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(caller, &id, ProcessOp::Resize(req), false, |op| match op {
+            ProcessAnswer::Resize(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn signal_process(
+        &self,
+        request: Request<api::SignalProcessRequest>,
+    ) -> Result<Response<api::SignalProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(caller, &id, ProcessOp::Signal(req), false, |op| match op {
+            ProcessAnswer::Signal(r) => Some(r),
+            _ => None,
+        })
+        .await
+    }
+
+    async fn terminate_process(
+        &self,
+        request: Request<api::TerminateProcessRequest>,
+    ) -> Result<Response<api::TerminateProcessResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(
+            caller,
+            &id,
+            ProcessOp::Terminate(req),
+            false,
+            |op| match op {
+                ProcessAnswer::Terminate(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn list_processes(
+        &self,
+        request: Request<api::ListProcessesRequest>,
+    ) -> Result<Response<api::ListProcessesResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = req.session_id.clone();
+        self.process(caller, &id, ProcessOp::List(req), false, |op| match op {
+            ProcessAnswer::List(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 }

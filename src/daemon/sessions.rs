@@ -41,6 +41,11 @@ pub struct Session {
     pub closed: tokio_util::sync::CancellationToken,
     /// The tools the session offers (ListTools lists exactly these; Invoke refuses others).
     pub tools: crate::bridge::ToolSet,
+    /// Where its long-lived processes live (see `processes.rs`).
+    pub processes: crate::daemon::processes::ProcessHomes,
+    /// Workers the session left (its protection changed) but still holds, because processes
+    /// it started live there; released when it closes.
+    pub held_policies: Arc<Mutex<Vec<SandboxPolicy>>>,
 }
 
 impl Session {
@@ -143,6 +148,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         escalated_policy: Default::default(),
         closed: Default::default(),
         tools,
+        processes: Default::default(),
+        held_policies: Default::default(),
     })
 }
 

@@ -47,6 +47,8 @@ pub struct ToolContext {
     pub timeout_ceiling_ms: u64,
     /// Where apply_patch may write (the session's writable roots and protected paths).
     pub patch: crate::tools::apply_patch::PatchContext,
+    /// The id a process this call starts gets (drawn by the daemon); `None`: draw one.
+    pub new_process_id: Option<i32>,
 }
 
 impl ToolContext {

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A tool's own time limit expired.
     DeadlineExceeded,
+    /// A per-session limit is reached (e.g. the processes a session keeps).
+    ResourceExhausted,
     /// Any other I/O failure.
     Internal,
 }

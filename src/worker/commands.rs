@@ -213,5 +213,6 @@ pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
             protected_names: vec![".git".into(), ".codex".into(), ".agents".into()],
             protected_paths: Vec::new(),
         },
+        new_process_id: None,
     }
 }

@@ -6,10 +6,15 @@ use crate::bridge;
 use crate::tools::shell::{
     self, Captured, ExecOutcome, OutputChunk, TruncationPolicy, exec_request,
 };
+use crate::tools::unified_exec::typed;
 use crate::tools::{
     ErrorKind, ToolContext, ToolError, apply_patch, grep_files, list_dir, read_file,
 };
-use crate::wire::{ToolFailure, worker_reply::Result as Reply, worker_request::Call};
+use crate::wire::process_call::Op as ProcessOp;
+use crate::wire::process_reply::Op as ProcessAnswer;
+use crate::wire::{
+    ProcessCall, ProcessReply, ToolFailure, worker_reply::Result as Reply, worker_request::Call,
+};
 use crate::worker::commands::SandboxedRunner;
 use std::time::Instant;
 
@@ -20,6 +25,7 @@ pub fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::NotFound => tonic::Code::NotFound,
         ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
         ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+        ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
         ErrorKind::Internal => tonic::Code::Internal,
     }
 }
@@ -53,6 +59,7 @@ pub fn execute(
     let can_write = match &call {
         Call::Shell(_) | Call::ApplyPatch(_) => true,
         Call::Invoke(r) => r.name != "write_stdin",
+        Call::Process(p) => matches!(p.op, Some(ProcessOp::Start(_))),
         _ => false,
     };
     if can_write && let Err(what) = runner.protection.check_current() {
@@ -77,9 +84,117 @@ pub fn execute(
             u32::try_from(crate::tools::unified_exec::close_session(&req.session_id))
                 .unwrap_or(u32::MAX),
         )),
+        Call::Process(p) => process_call(ctx, p).map(Reply::Process),
         Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))
+}
+
+/// A typed process call (the Processes service).
+fn process_call(ctx: &ToolContext, call: ProcessCall) -> Result<ProcessReply, ToolError> {
+    let op = call
+        .op
+        .ok_or_else(|| ToolError::invalid("the process call names no operation"))?;
+    let answer = match op {
+        ProcessOp::Start(r) => {
+            let argv = match r.command {
+                Some(api::start_process_request::Command::Argv(a)) => a.args,
+                Some(api::start_process_request::Command::Script(script)) => {
+                    if script.trim().is_empty() {
+                        return Err(ToolError::invalid("script is empty"));
+                    }
+                    shell::shell_command_argv(&ctx.shell.to_string_lossy(), &script, true)
+                }
+                None => return Err(ToolError::invalid("give the command: argv or script")),
+            };
+            if !r.tty && (r.rows != 0 || r.cols != 0) {
+                return Err(ToolError::invalid("rows and cols are for tty processes"));
+            }
+            let args = typed::StartArgs {
+                argv,
+                workdir: Some(r.workdir).filter(|w| !w.is_empty()),
+                tty: r.tty,
+                size: Some(typed::pty_size(r.rows, r.cols)?),
+                env: r.env.into_iter().collect(),
+            };
+            ProcessAnswer::Start(api::StartProcessResponse {
+                process_id: typed::start(ctx, &args)?,
+            })
+        }
+        ProcessOp::Write(r) => {
+            typed::write(ctx, r.process_id, &r.data, r.close_stdin)?;
+            ProcessAnswer::Write(api::WriteProcessResponse {})
+        }
+        ProcessOp::Read(r) => {
+            let out = typed::read(
+                ctx,
+                r.process_id,
+                r.after_seq,
+                std::time::Duration::from_millis(r.wait_ms.into()),
+                r.max_bytes as usize,
+            )?;
+            let last_seq = out.read.chunks.last().map(|c| c.seq).or(r.after_seq);
+            ProcessAnswer::Read(api::ReadProcessResponse {
+                gap: out.read.gap,
+                more: out.read.more,
+                last_seq,
+                state: Some(process_state(out.status, out.output_bytes)),
+                chunks: out
+                    .read
+                    .chunks
+                    .into_iter()
+                    .map(|c| api::ProcessOutputChunk {
+                        seq: c.seq,
+                        offset: c.offset,
+                        data: c.data,
+                    })
+                    .collect(),
+            })
+        }
+        ProcessOp::Resize(r) => {
+            if r.rows == 0 || r.cols == 0 {
+                return Err(ToolError::invalid("rows and cols are required (1 to 1000)"));
+            }
+            let (rows, cols) = typed::pty_size(r.rows, r.cols)?;
+            typed::resize(ctx, r.process_id, rows, cols)?;
+            ProcessAnswer::Resize(api::ResizeProcessResponse {})
+        }
+        ProcessOp::Signal(r) => {
+            typed::signal(ctx, r.process_id, typed::parse_signal(&r.signal)?)?;
+            ProcessAnswer::Signal(api::SignalProcessResponse {})
+        }
+        ProcessOp::Terminate(r) => {
+            let (status, bytes) = typed::terminate(ctx, r.process_id)?;
+            ProcessAnswer::Terminate(api::TerminateProcessResponse {
+                state: Some(process_state(status, bytes)),
+            })
+        }
+        ProcessOp::List(_) => ProcessAnswer::List(api::ListProcessesResponse {
+            processes: typed::list(ctx)
+                .into_iter()
+                .map(|p| api::ProcessInfo {
+                    process_id: p.id,
+                    command: p.command,
+                    tty: p.tty,
+                    state: Some(process_state(p.status, p.output_bytes)),
+                    escalated: false,
+                })
+                .collect(),
+        }),
+    };
+    Ok(ProcessReply { op: Some(answer) })
+}
+
+fn process_state(
+    status: crate::tools::unified_exec::process::Status,
+    bytes: u64,
+) -> api::ProcessState {
+    api::ProcessState {
+        running: status.exit.is_none(),
+        exit_code: status.exit,
+        closed: status.closed,
+        output_bytes: bytes,
+    }
 }
 
 /// apply_patch checks its targets up front but writes later, by path: a concurrent command

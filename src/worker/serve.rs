@@ -86,6 +86,7 @@ pub fn worker_main() -> i32 {
                         message: e.message,
                         setup: Some(setup),
                     })),
+                    ..Default::default()
                 },
             );
             return 71;
@@ -104,6 +105,7 @@ pub fn worker_main() -> i32 {
         result: Some(worker_reply::Result::Ready(Ready {
             layers: confined.reports.iter().map(layer_to_api).collect(),
         })),
+        ..Default::default()
     };
     if frame::write_blocking(&mut writer, &ready).is_err() {
         return 0;
@@ -211,6 +213,7 @@ impl WorkerState {
             shell: self.shell.clone(),
             cancel,
             runner: self.runner.clone(),
+            new_process_id: call.map(|c| c.new_process_id).filter(|id| *id != 0),
         }
     }
 }
@@ -226,6 +229,7 @@ fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::
                 message,
                 setup: None,
             })),
+            ..Default::default()
         },
     )
 }
@@ -396,15 +400,20 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                     id,
                     last: false,
                     result: Some(partial),
+                    ..Default::default()
                 };
                 let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = frame::write_blocking(&mut *w, &frame);
             };
             let result = dispatch::execute(&ctx, &state.runner, call, stream, &mut emit);
+            let (kept_processes, ended_processes) =
+                crate::tools::unified_exec::changes_of(&ctx.session_id);
             let reply = WorkerReply {
                 id,
                 last: true,
                 result: Some(result),
+                kept_processes,
+                ended_processes,
             };
             let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
             let _ = frame::write_blocking(&mut *w, &reply);
@@ -424,6 +433,7 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                     message: format!("the sandbox worker cannot start a thread for the call: {e}"),
                     setup: None,
                 })),
+                ..Default::default()
             };
             let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
             let _ = frame::write_blocking(&mut *w, &reply);

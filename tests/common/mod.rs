@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use corral::api::{
-    self, bridge_client::BridgeClient, sessions_client::SessionsClient, tools_client::ToolsClient,
+    self, bridge_client::BridgeClient, processes_client::ProcessesClient,
+    sessions_client::SessionsClient, tools_client::ToolsClient,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -123,6 +124,10 @@ impl Daemon {
 
     pub async fn tools(&self) -> ToolsClient<Channel> {
         ToolsClient::new(self.channel().await)
+    }
+
+    pub async fn processes(&self) -> ProcessesClient<Channel> {
+        ProcessesClient::new(self.channel().await)
     }
 
     pub async fn bridge(&self) -> BridgeClient<Channel> {

@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod output;
 pub mod process;
 pub mod table;
+pub mod typed;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -258,6 +259,26 @@ pub fn table_of(session: &str) -> Arc<ProcessTable> {
         .clone()
 }
 
+/// The ids `session`'s table started and stopped keeping since the last time (for the
+/// daemon's routing; see `WorkerReply.kept_processes`).
+pub fn changes_of(session: &str) -> (Vec<i32>, Vec<i32>) {
+    let table = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(session)
+        .cloned();
+    table.map(|t| t.take_changes()).unwrap_or_default()
+}
+
+/// The id a process started by this call gets: the one the daemon drew (unique across the
+/// session's workers), or one drawn here.
+fn new_id(ctx: &ToolContext, table: &ProcessTable) -> i32 {
+    match ctx.new_process_id {
+        Some(id) if table.reserve_id(id) => id,
+        _ => table.allocate_id(),
+    }
+}
+
 /// The session closed: kill every one of its processes (whole trees) and forget them.
 /// Returns how many were killed.
 pub fn close_session(session: &str) -> usize {
@@ -320,10 +341,12 @@ pub fn exec_command(ctx: &ToolContext, args: &ExecCommandArgs) -> Result<CallRes
         cwd,
         env: process_env(&ctx.env, ctx.network_disabled),
         tty: args.tty,
+        stdin_pipe: false,
+        size: None,
     };
     let command = shell_join(&argv);
     let table = table_of(&ctx.session_id);
-    let id = table.allocate_id();
+    let id = new_id(ctx, &table);
     let guard = match ctx.runner.guard_process() {
         Ok(g) => g,
         Err(e) => {

@@ -49,8 +49,13 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// The exact environment.
     pub env: Vec<(String, String)>,
-    /// A PTY (stdin open) instead of pipes (stdin closed).
+    /// A PTY (stdin open) instead of pipes.
     pub tty: bool,
+    /// Pipes mode only: stdin is a pipe the caller writes to (and may close) instead of
+    /// closed from the start (exec_command's pipes mode, as in Codex).
+    pub stdin_pipe: bool,
+    /// The PTY's size (rows, columns); `None`: 24×80.
+    pub size: Option<(u16, u16)>,
 }
 
 #[derive(Debug)]
@@ -86,6 +91,8 @@ pub struct Process {
     shared: Arc<Shared>,
     /// The PTY master, for writes; `None` in pipes mode.
     master: Option<Arc<OwnedFd>>,
+    /// Pipes mode with an open stdin: its write end, until closed.
+    stdin: Mutex<Option<OwnedFd>>,
     pid: i32,
     reader: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -129,7 +136,9 @@ impl Process {
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&spec.cwd);
         let master = if spec.tty {
-            let (master, slave) = open_pty().map_err(|e| format!("cannot open a PTY: {e}"))?;
+            let (rows, cols) = spec.size.unwrap_or((PTY_ROWS, PTY_COLS));
+            let (master, slave) =
+                open_pty(rows, cols).map_err(|e| format!("cannot open a PTY: {e}"))?;
             let dup = |fd: &OwnedFd| {
                 fd.try_clone()
                     .map_err(|e| format!("cannot open a PTY: {e}"))
@@ -139,9 +148,13 @@ impl Process {
                 .stderr(Stdio::from(slave));
             Some(master)
         } else {
-            cmd.stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            cmd.stdin(if spec.stdin_pipe {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
             None
         };
         let tty = spec.tty;
@@ -170,6 +183,10 @@ impl Process {
         // Only the child holds the slave side now (`cmd` owns the parent's copies).
         drop(cmd);
         let pid = tree.leader();
+        let stdin = child.stdin.take().map(OwnedFd::from);
+        if let Some(fd) = &stdin {
+            set_nonblocking(fd.as_raw_fd());
+        }
         let mut fds: Vec<OwnedFd> = Vec::new();
         if let Some(m) = &master {
             fds.push(m.try_clone().map_err(|e| e.to_string())?);
@@ -213,6 +230,7 @@ impl Process {
         Ok(Process {
             shared,
             master: master.map(Arc::new),
+            stdin: Mutex::new(stdin),
             pid,
             reader: Mutex::new(Some(handle)),
         })
@@ -235,11 +253,88 @@ impl Process {
         self.shared.lock().exit.is_some()
     }
 
-    /// The sequence number the next output chunk will get, and the chunks retained from `seq`
-    /// on (for readers that resume; the model's calls use [`Process::collect`]).
-    pub fn retained_after(&self, seq: u64) -> (u64, Vec<super::buffer::Chunk>) {
+    /// The retained output after the cursor `after` (see [`HeadTail::read_after`]), waiting
+    /// until `deadline` for some when there is none yet and the output is not closed; with the
+    /// process's status as of the read (a resuming reader's call; the model's calls use
+    /// [`Process::collect`]).
+    pub fn read_after(
+        &self,
+        after: Option<u64>,
+        max_bytes: usize,
+        deadline: Instant,
+    ) -> (super::buffer::Read, Status, u64) {
+        let mut s = self.shared.lock();
+        loop {
+            let read = s.retained.read_after(after, max_bytes);
+            let now = Instant::now();
+            if !read.chunks.is_empty() || read.gap || s.closed || now >= deadline {
+                let status = Status {
+                    exit: s.exit.map(|c| if s.denied && c == 0 { 1 } else { c }),
+                    closed: s.closed,
+                };
+                return (read, status, s.retained.total());
+            }
+            s = self
+                .shared
+                .changed
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether the process has a TTY.
+    pub fn is_tty(&self) -> bool {
+        self.master.is_some()
+    }
+
+    /// Sets the PTY's size (the foreground job gets SIGWINCH from the kernel).
+    pub fn resize(&self, rows: u16, cols: u16) -> io::Result<()> {
+        let Some(master) = &self.master else {
+            return Err(io::Error::from_raw_os_error(libc::ENOTTY));
+        };
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads one winsize from a live struct.
+        if unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Sends `signal` to the process's group (the leader made its own session and group at
+    /// spawn). A process that has exited gets nothing: its pid may be reused.
+    pub fn signal(&self, signal: i32) -> io::Result<()> {
         let s = self.shared.lock();
-        (s.retained.next_seq(), s.retained.after(seq))
+        if s.exit.is_some() || s.closed {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // The leader is not reaped before `closed` (the reader waits with WNOWAIT), so while
+        // we hold the state lock its pid still names this process group.
+        // SAFETY: kill on a process group we created.
+        let rc = unsafe { libc::kill(-self.pid, signal) };
+        drop(s);
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Closes stdin (pipes mode): the process reads end-of-file.
+    pub fn close_stdin(&self) -> io::Result<()> {
+        match self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(_) => Ok(()),
+            None => Err(io::Error::from_raw_os_error(libc::EBADF)),
+        }
+    }
+
+    /// Bytes of output so far.
+    pub fn output_bytes(&self) -> u64 {
+        self.shared.lock().retained.total()
     }
 
     /// Collects the output not yet returned, until `deadline`, or until the process has exited
@@ -285,43 +380,53 @@ impl Process {
         }
     }
 
-    /// Writes `data` to the PTY.
+    /// Writes `data` to the PTY, or to stdin in pipes mode when it is open.
     pub fn write(&self, data: &[u8]) -> io::Result<()> {
-        let Some(master) = &self.master else {
-            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        let stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+        let fd = match (&self.master, stdin.as_ref()) {
+            (Some(master), _) => master.as_raw_fd(),
+            (None, Some(pipe)) => pipe.as_raw_fd(),
+            (None, None) => return Err(io::Error::from_raw_os_error(libc::EBADF)),
         };
-        let deadline = Instant::now() + WRITE_LIMIT;
-        let mut rest = data;
-        while !rest.is_empty() {
-            // SAFETY: writing from a live slice to a descriptor we own.
-            let n = unsafe { libc::write(master.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
-            if n >= 0 {
-                rest = &rest[n as usize..];
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => {}
-                Some(libc::EAGAIN) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(e);
-                    }
-                    let mut p = [libc::pollfd {
-                        fd: master.as_raw_fd(),
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    }];
-                    let ms = (deadline - now).as_millis().min(1000) as libc::c_int;
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(p.as_mut_ptr(), 1, ms) };
-                }
-                _ => return Err(e),
-            }
-        }
-        Ok(())
+        write_all_within(fd, data)
     }
+}
 
+/// Writes all of `data` to a non-blocking descriptor, waiting at most `WRITE_LIMIT` for room.
+fn write_all_within(fd: RawFd, data: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + WRITE_LIMIT;
+    let mut rest = data;
+    while !rest.is_empty() {
+        // SAFETY: writing from a live slice to a descriptor we own.
+        let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+        if n >= 0 {
+            rest = &rest[n as usize..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                let mut p = [libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                }];
+                let ms = (deadline - now).as_millis().min(1000) as libc::c_int;
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(p.as_mut_ptr(), 1, ms) };
+            }
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Process {
     /// Asks the reader to kill the whole tree (returns at once).
     pub fn terminate(&self) {
         self.shared.lock().kill = true;
@@ -556,9 +661,9 @@ fn set_nonblocking(fd: RawFd) {
     }
 }
 
-/// A new PTY pair (24×80), both ends close-on-exec from the start, so no concurrently spawned
+/// A new PTY pair of the given size, both ends close-on-exec from the start, so no concurrently spawned
 /// command inherits them.
-fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+fn open_pty(rows: u16, cols: u16) -> io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: plain syscalls; every returned descriptor is owned at once.
     unsafe {
         let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
@@ -582,8 +687,8 @@ fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
         }
         let slave = OwnedFd::from_raw_fd(s);
         let ws = libc::winsize {
-            ws_row: PTY_ROWS,
-            ws_col: PTY_COLS,
+            ws_row: rows,
+            ws_col: cols,
             ws_xpixel: 0,
             ws_ypixel: 0,
         };

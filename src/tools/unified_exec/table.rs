@@ -32,6 +32,19 @@ struct Inner {
     processes: HashMap<i32, Entry>,
     /// Ids in use: kept processes and ones being started.
     reserved: HashSet<i32>,
+    /// Ids kept and ids no longer kept since [`ProcessTable::take_changes`] (the daemon routes
+    /// and counts processes by them).
+    kept: Vec<i32>,
+    ended: Vec<i32>,
+}
+
+impl Inner {
+    fn forget(&mut self, id: i32) -> Option<Entry> {
+        self.reserved.remove(&id);
+        let e = self.processes.remove(&id)?;
+        self.ended.push(id);
+        Some(e)
+    }
 }
 
 /// What [`ProcessTable::store`] did.
@@ -73,11 +86,35 @@ impl ProcessTable {
         }
     }
 
+    /// Reserves `id` (drawn by the daemon); false if it is in use here.
+    pub fn reserve_id(&self, id: i32) -> bool {
+        self.lock().reserved.insert(id)
+    }
+
     /// Gives back an id (and forgets its process, if kept).
     pub fn release_id(&self, id: i32) -> Option<Entry> {
+        self.lock().forget(id)
+    }
+
+    /// The ids kept and no longer kept since the last call.
+    pub fn take_changes(&self) -> (Vec<i32>, Vec<i32>) {
         let mut inner = self.lock();
-        inner.reserved.remove(&id);
-        inner.processes.remove(&id)
+        (
+            std::mem::take(&mut inner.kept),
+            std::mem::take(&mut inner.ended),
+        )
+    }
+
+    /// Every kept process, by id.
+    pub fn entries(&self) -> Vec<(i32, Entry)> {
+        let mut all: Vec<(i32, Entry)> = self
+            .lock()
+            .processes
+            .iter()
+            .map(|(id, e)| (*id, e.clone()))
+            .collect();
+        all.sort_by_key(|(id, _)| *id);
+        all
     }
 
     /// Keeps a process, evicting one first when the table is full.
@@ -91,14 +128,14 @@ impl ProcessTable {
                 .map(|(id, e)| (*id, e.last_used, e.process.has_exited()))
                 .collect();
             if let Some(victim) = pick_eviction(&meta)
-                && let Some(e) = inner.processes.remove(&victim)
+                && let Some(e) = inner.forget(victim)
             {
-                inner.reserved.remove(&victim);
                 evicted = Some((victim, e));
             }
         }
         inner.reserved.insert(id);
         inner.processes.insert(id, entry);
+        inner.kept.push(id);
         let count = inner.processes.len();
         drop(inner);
         if let Some((_, e)) = &evicted {
@@ -122,8 +159,7 @@ impl ProcessTable {
             return Refreshed::Unknown;
         };
         if e.process.has_exited() {
-            inner.reserved.remove(&id);
-            match inner.processes.remove(&id) {
+            match inner.forget(id) {
                 Some(e) => Refreshed::Exited(e),
                 None => Refreshed::Unknown,
             }
@@ -146,6 +182,8 @@ impl ProcessTable {
         let entries: Vec<Entry> = {
             let mut inner = self.lock();
             inner.reserved.clear();
+            let ids: Vec<i32> = inner.processes.keys().copied().collect();
+            inner.ended.extend(ids);
             inner.processes.drain().map(|(_, e)| e).collect()
         };
         for e in &entries {
