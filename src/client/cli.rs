@@ -247,6 +247,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                 FormatArg::Chat => api::ToolFormat::ChatCompletions,
             };
             let resp = BridgeClient::new(channel)
+                .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
                 .list_tools(api::ListToolsRequest {
                     format: format as i32,
                     ..Default::default()
@@ -274,6 +275,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
         } => {
             let (id, temporary) = open(&channel, &session).await?;
             let result = ToolsClient::new(channel.clone())
+                .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
                 .read_file(api::ReadFileRequest {
                     session_id: id.clone(),
                     file_path: path,
@@ -308,6 +310,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
         } => {
             let (id, temporary) = open(&channel, &session).await?;
             let result = ToolsClient::new(channel.clone())
+                .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
                 .list_dir(api::ListDirRequest {
                     session_id: id.clone(),
                     dir_path: path,
@@ -344,6 +347,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
         } => {
             let (id, temporary) = open(&channel, &session).await?;
             let result = BridgeClient::new(channel.clone())
+                .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
                 .invoke(api::InvokeRequest {
                     session_id: id.clone(),
                     name,

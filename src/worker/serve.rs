@@ -218,6 +218,39 @@ impl WorkerState {
     }
 }
 
+/// The most one unary answer may be. Clients accept 64 MiB (`client::MAX_MESSAGE_BYTES`); this
+/// leaves room for the frame and gRPC's own overhead, and keeps one answer well inside the
+/// worker frame limit, so a reply is never dropped for its size.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
+/// A reply too large to send becomes a clear RESOURCE_EXHAUSTED failure instead.
+fn bounded(result: worker_reply::Result) -> worker_reply::Result {
+    use prost::Message;
+    let len = match &result {
+        worker_reply::Result::ReadFile(r) => r.encoded_len(),
+        worker_reply::Result::ListDir(r) => r.encoded_len(),
+        worker_reply::Result::GrepFiles(r) => r.encoded_len(),
+        worker_reply::Result::ApplyPatch(r) => r.encoded_len(),
+        worker_reply::Result::Shell(r) => r.encoded_len(),
+        worker_reply::Result::Invoke(r) => r.encoded_len(),
+        worker_reply::Result::Process(r) => r.encoded_len(),
+        _ => 0,
+    };
+    if len <= MAX_RESPONSE_BYTES {
+        return result;
+    }
+    worker_reply::Result::Failure(ToolFailure {
+        code: tonic::Code::ResourceExhausted as i32,
+        message: format!(
+            "the result is {len} bytes, more than the {} MiB one response may carry; ask for \
+             less (read_file: offset and limit; list_dir and grep_files: limit; a command: \
+             send its output to a file and read that in parts)",
+            MAX_RESPONSE_BYTES >> 20
+        ),
+        setup: None,
+    })
+}
+
 fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::io::Result<()> {
     frame::write_blocking(
         w,
@@ -405,7 +438,13 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = frame::write_blocking(&mut *w, &frame);
             };
-            let result = dispatch::execute(&ctx, &state.runner, call, stream, &mut emit);
+            let result = bounded(dispatch::execute(
+                &ctx,
+                &state.runner,
+                call,
+                stream,
+                &mut emit,
+            ));
             let (kept_processes, ended_processes) =
                 crate::tools::unified_exec::changes_of(&ctx.session_id);
             let reply = WorkerReply {

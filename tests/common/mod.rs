@@ -124,14 +124,17 @@ impl Daemon {
 
     pub async fn tools(&self) -> ToolsClient<Channel> {
         ToolsClient::new(self.channel().await)
+            .max_decoding_message_size(corral::client::MAX_MESSAGE_BYTES)
     }
 
     pub async fn processes(&self) -> ProcessesClient<Channel> {
         ProcessesClient::new(self.channel().await)
+            .max_decoding_message_size(corral::client::MAX_MESSAGE_BYTES)
     }
 
     pub async fn bridge(&self) -> BridgeClient<Channel> {
         BridgeClient::new(self.channel().await)
+            .max_decoding_message_size(corral::client::MAX_MESSAGE_BYTES)
     }
 
     /// Opens a session (with the test's PATH and HOME as its environment) and returns its id.
