@@ -58,7 +58,8 @@ async fn a_twenty_megabyte_read_is_answered_and_a_larger_one_refused_clearly() {
         .unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
     assert!(
-        e.message().contains("more than the 32 MiB one response may carry")
+        e.message()
+            .contains("more than the 32 MiB one response may carry")
             && e.message().contains("offset and limit"),
         "{}",
         e.message()
