@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use corral::client::{self, ClientCommand};
 use corral::daemon::config::{Config, LogFormat, ServeArgs};
 
+mod http2_log;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "corral",
@@ -67,7 +69,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    init_logging(config.log_format, &config.log_level);
+    let http2_refusals = init_logging(config.log_format, &config.log_level);
     // Before any thread exists: socket activation reads and clears LISTEN_* variables.
     let activated = match corral::daemon::listener::from_socket_activation() {
         Ok(l) => l,
@@ -86,6 +88,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    rt.spawn(http2_log::report(http2_refusals));
     match rt.block_on(corral::daemon::server::serve(config, activated)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -95,20 +98,36 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat, level: &str) {
+/// Installs the log subscriber: the --log-level filter for what is printed, and beside it the
+/// HTTP/2 refusal watch (which sees h2's debug events whatever that filter says). Returns what
+/// [`http2_log::report`] logs from.
+fn init_logging(
+    format: LogFormat,
+    level: &str,
+) -> tokio::sync::mpsc::UnboundedReceiver<http2_log::Refusal> {
+    use tracing_subscriber::{
+        Layer, Registry, filter, layer::SubscriberExt, util::SubscriberInitExt,
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let printer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // A closed stderr (the terminal or log pipe went away) must not take the daemon down:
         // tracing-subscriber would otherwise report the failed write with eprintln!, which
         // panics on EPIPE. Lost log lines are the lesser evil.
         .log_internal_errors(false);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let printer: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => Box::new(printer),
+        LogFormat::Json => Box::new(printer.json()),
+    };
+    let (watch, refusals) = http2_log::watch();
+    let watched = filter::filter_fn(http2_log::watched)
+        .with_max_level_hint(tracing::level_filters::LevelFilter::DEBUG);
+    tracing_subscriber::registry()
+        .with(printer.with_filter(filter))
+        .with(watch.with_filter(watched))
+        .init();
+    refusals
 }
 
 /// `error: MESSAGE` on stderr; a closed stderr is ignored (eprintln! would panic on EPIPE).

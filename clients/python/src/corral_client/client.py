@@ -184,9 +184,9 @@ class Client:
             check_socket(self.target[len("unix:") :])
         opts = list(options or [])
         if is_unix and not any(k == "grpc.default_authority" for k, _ in opts):
-            # gRPC C-core sends the socket path as :authority, which the daemon's HTTP/2 stack
-            # (h2) rejects as malformed (RST_STREAM, PROTOCOL_ERROR); "localhost" is the
-            # convention for Unix sockets.
+            # gRPC C-core sends the socket path as :authority, which daemons older than the
+            # patched h2 (vendor/h2) reset as malformed (RST_STREAM, PROTOCOL_ERROR); "localhost"
+            # is the convention for Unix sockets.
             opts.append(("grpc.default_authority", "localhost"))
         if server_name:
             opts.append(("grpc.ssl_target_name_override", server_name))
