@@ -5,6 +5,8 @@
 //! [`enter_namespaces`] is step 1 of the worker's confinement. It must run in a single-threaded
 //! process that still holds `CAP_SYS_ADMIN`: `unshare(CLONE_NEWNS)` refuses a process whose
 //! filesystem state is shared with other threads, and every mount below needs the capability.
+//! A root daemon's worker has it on the host; a worker of a daemon that is not root has it in the
+//! user namespace it entered just before (`userns`), which then owns every namespace made here.
 //!
 //! **It forks.** A new PID namespace applies only to children, so after `unshare` the calling
 //! process forks once: the child becomes PID 1 of the new namespace, builds the filesystem view
@@ -134,6 +136,15 @@ pub fn enter_namespaces(policy: &SandboxPolicy) -> Result<(), LayerError> {
 fn wait_and_exit(child: libc::pid_t) -> ! {
     // SAFETY: close_range on our own descriptor table; failure (old kernel) only leaves fds open.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    // It only waits, so it keeps no capability either (it lives in the sandbox's mount and
+    // network namespaces, outside its pid namespace). If even that fails, take the sandbox down.
+    if crate::sandbox::caps::clear_capability_sets().is_err() {
+        // SAFETY: killing our own child, then leaving without running destructors.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::_exit(1);
+        }
+    }
     let mut status = 0;
     loop {
         // SAFETY: plain waitpid on our only child.
@@ -779,6 +790,9 @@ fn fail(cause: String, errno: Errno) -> LayerError {
         }
         Errno::ENOSYS => {
             "Use Linux 5.12 or newer (mount_setattr, open_tree, fsopen), or allow degraded mode for namespaces."
+        }
+        Errno::EPERM | Errno::EACCES if crate::sandbox::userns::needed() => {
+            "The kernel refused it inside corral's own user namespace (the daemon is not root; a container's seccomp profile or an LSM policy may forbid this step there). Run the corral daemon as root, or allow degraded mode for namespaces."
         }
         Errno::EPERM | Errno::EACCES => {
             "Run the corral daemon as root with CAP_SYS_ADMIN (inside a container, grant CAP_SYS_ADMIN and allow unshare and mount in its seccomp profile and LSM policy), or allow degraded mode for namespaces."
