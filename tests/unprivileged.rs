@@ -371,21 +371,30 @@ async fn host_processes_are_invisible() {
 
     let cwd = who.scratch();
     let id = d.open(cwd.path(), RO).await;
+    // One line each, labelled (stdout and stderr arrive interleaved).
     let r = d
         .sh(
             &id,
             &format!(
-                "kill -0 {daemon}; test -d /proc/{daemon} && echo daemon-in-proc; \
+                "kill -0 {daemon} 2>&1; test -d /proc/{daemon} && echo daemon-in-proc; \
                  test -d /proc/{test} && echo test-in-proc; \
-                 ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '; echo; ps -e -o pid= | wc -l",
+                 echo \"pids: $(ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' ')\"; \
+                 echo \"ps: $(ps -e -o pid= | wc -l)\"",
                 test = std::process::id()
             ),
         )
         .await;
     assert!(r.output.contains("No such process"), "{}", r.output);
     assert!(!r.output.contains("in-proc"), "{}", r.output);
-    let lines: Vec<&str> = r.output.lines().collect();
-    let pids: Vec<u32> = lines[lines.len() - 2]
+    let field = |label: &str| {
+        r.output
+            .lines()
+            .find_map(|l| l.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label} line in {}", r.output))
+            .trim()
+            .to_string()
+    };
+    let pids: Vec<u32> = field("pids:")
         .split_whitespace()
         .map(|p| p.parse().unwrap())
         .collect();
@@ -395,8 +404,8 @@ async fn host_processes_are_invisible() {
         "{} processes visible: {pids:?}",
         pids.len()
     );
-    let ps: usize = lines[lines.len() - 1].trim().parse().unwrap();
-    assert!(ps < 10, "ps lists {ps} processes");
+    let ps: usize = field("ps:").parse().unwrap();
+    assert!((1..10).contains(&ps), "ps lists {ps} processes");
     // The daemon is alive and serving.
     let r = d.sh(&id, "echo alive").await;
     assert_eq!(r.output, "alive\n");

@@ -27,7 +27,10 @@
 //! "deny this group" permission.
 //!
 //! Where the kernel or an LSM forbids unprivileged user namespaces, [`host_blockers`] names the
-//! setting and the command that enables it; that text is the fix of the fail-closed message.
+//! setting and the command that enables it; that text is the fix of the fail-closed message —
+//! here when the namespace cannot be made or mapped, and in `namespaces` when a capability of
+//! the namespace is refused at its first use (AppArmor's restriction lets the namespace be
+//! made, then denies every capability in it).
 
 use crate::sandbox::error::LayerError;
 use nix::errno::Errno;
@@ -100,8 +103,8 @@ pub fn enter_own_user_namespace() -> Result<String, LayerError> {
     ))
 }
 
-/// Writes one of the namespace's `/proc/self` files; a refusal there is how an LSM that lets
-/// the namespace be created but grants it nothing (AppArmor's restriction) shows up.
+/// Writes one of the namespace's `/proc/self` files; a refusal means the kernel or an LSM
+/// withholds the mapping.
 fn write_proc(path: &str, text: &str, id: u32) -> Result<(), LayerError> {
     std::fs::write(path, text).map_err(|e| {
         fail(
@@ -176,7 +179,8 @@ fn enable_fix(uid: u32) -> String {
     fix_text(uid, &HostSettings::read())
 }
 
-fn fix_text(uid: u32, settings: &HostSettings) -> String {
+/// The fix text for a daemon of `uid` on a host with `settings` (see [`enable_fix`]).
+pub fn fix_text(uid: u32, settings: &HostSettings) -> String {
     let why = format!(
         "This daemon runs as uid {uid}, not root, and builds the sandbox's mount, pid and network \
          namespaces inside an unprivileged user namespace"
