@@ -557,6 +557,7 @@ async fn a_live_socket_is_refused_and_a_stale_one_replaced() {
         socket: stale.clone(),
         log: dir.path().join("none.log"),
         dir,
+        caller: None,
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {

@@ -1,54 +1,23 @@
 //! The escape suite (spec/sandbox.md §8): every case runs through a real daemon over gRPC, proves
 //! the baseline outside the sandbox first, attempts the escape, checks the host afterwards, and
 //! checks that the allowed path still works. CI runs it as root; nothing is skipped there.
+//!
+//! Most cases run twice (see `on_both_daemons!`): against a root daemon, and against the
+//! single-user daemon of an ordinary user, which has no root to build the sandbox with and uses
+//! an unprivileged user namespace instead (DESIGN.md §1). The cases left out need root's
+//! powers to mean anything (danger-full-access and root callers).
 
 mod common;
 
-use common::{Daemon, host_sh, outside, scratch};
+use common::{Daemon, Listener, RunAs, outside, scratch};
 use corral::api::{self, SandboxMode};
-use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const RO: SandboxMode = SandboxMode::ReadOnly;
 const WW: SandboxMode = SandboxMode::WorkspaceWrite;
 const DFA: SandboxMode = SandboxMode::DangerFullAccess;
-
-/// A TCP listener on the host's loopback that counts the connections it accepts.
-struct Listener {
-    port: u16,
-    accepted: Arc<AtomicUsize>,
-}
-
-impl Listener {
-    fn start() -> Listener {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        std::thread::spawn(move || {
-            for stream in l.incoming() {
-                let Ok(mut s) = stream else { continue };
-                count.fetch_add(1, Ordering::SeqCst);
-                let mut buf = [0u8; 512];
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let _ = s.read(&mut buf);
-                let _ = std::io::Write::write_all(
-                    &mut s,
-                    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
-                );
-            }
-        });
-        Listener { port, accepted }
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-}
 
 fn denied(out: &str) -> bool {
     let o = out.to_lowercase();
@@ -67,11 +36,72 @@ async fn ww_session(d: &Daemon, cwd: &std::path::Path, roots: &[&std::path::Path
     .await
 }
 
+/// Generates, for each case `NAME(who: &RunAs)`, the test `root::NAME` (a root daemon called by
+/// root: CI's setting) and the test `ordinary_user::NAME` (the daemon of an ordinary user created
+/// for the test, called by that user, whose scratch directories and host-side baselines are
+/// that user's too, so only the sandbox can make a difference).
+macro_rules! on_both_daemons {
+    ($($(#[$attr:meta])* $case:ident),* $(,)?) => {
+        mod root {
+            $(
+                $(#[$attr])*
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(&super::RunAs::Root).await;
+                }
+            )*
+        }
+        mod ordinary_user {
+            $(
+                $(#[$attr])*
+                #[tokio::test]
+                async fn $case() {
+                    let Some(who) = super::ordinary_user() else { return };
+                    super::$case(&who).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_daemons! {
+    read_only_reads_everything_and_writes_nothing,
+    network_off_reaches_nothing,
+    workspace_write_writes_only_inside_its_roots,
+    protected_paths_are_read_only,
+    symlinked_protected_path_refuses_the_session,
+    no_moves_out_no_devices_no_metadata_changes,
+    hostname_and_processes_are_out_of_reach,
+    timeout_kills_and_is_not_a_denial,
+    network_on_reaches_the_host_but_not_vsock_io_uring_or_ptrace,
+    descriptors_proc_tricks_and_corral_state,
+    network_on_cannot_reach_host_abstract_sockets,
+    hard_links_across_roots_are_cross_device,
+    a_worktree_gitdir_in_another_root_stays_read_only,
+    #[cfg(target_arch = "x86_64")]
+    foreign_architecture_syscalls_are_killed,
+    racing_to_swap_the_git_dir_fails,
+    commands_have_no_controlling_terminal,
+}
+
+/// A new ordinary user for one case (removed with it); `None`, with a note, when the test is
+/// not root and so cannot create one.
+fn ordinary_user() -> Option<RunAs> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: creating a user needs root (CI runs as root)");
+        return None;
+    }
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    Some(RunAs::ordinary_user(&format!(
+        "esc{}",
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )))
+}
+
 // Cases 1–8: reads work, writes do not, the layers are visibly in force.
-#[tokio::test]
-async fn read_only_reads_everything_and_writes_nothing() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn read_only_reads_everything_and_writes_nothing(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = d.open(cwd.path(), RO).await;
 
     // 1: reading works.
@@ -84,7 +114,8 @@ async fn read_only_reads_everything_and_writes_nothing() {
     // 2: no write in the cwd, even as root. Baseline: the host can.
     let f = cwd.path().join("f");
     assert_eq!(
-        host_sh(&format!("echo x > {0} && rm {0}", f.display())).0,
+        who.host_sh(&format!("echo x > {0} && rm {0}", f.display()))
+            .0,
         0
     );
     let r = d.sh(&id, &format!("echo x > {}", f.display())).await;
@@ -144,14 +175,13 @@ async fn read_only_reads_everything_and_writes_nothing() {
 }
 
 // Cases 9–16: the network is off.
-#[tokio::test]
-async fn network_off_reaches_nothing() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn network_off_reaches_nothing(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = d.open(cwd.path(), RO).await;
     let listener = Listener::start();
     // Baseline: the host reaches the listener.
-    let (code, _) = host_sh(&format!("echo hi >/dev/tcp/127.0.0.1/{}", listener.port));
+    let (code, _) = who.host_sh(&format!("echo hi >/dev/tcp/127.0.0.1/{}", listener.port));
     assert_eq!(code, 0);
     std::thread::sleep(Duration::from_millis(100));
     let before = listener.accepted();
@@ -199,15 +229,17 @@ a, b = socket.socketpair(); a.send(b"x"); print("pair", b.recv(1))
     assert_eq!(listener.accepted(), before, "the listener was reached");
 
     // 14: a host UNIX socket outside the sandbox: baseline connects, the sandbox cannot.
-    let out = outside();
+    let out = who.outside();
     let sock = out.path().join("host.sock");
     let ul = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // Connecting needs write permission on the socket: the baseline runs as the sandbox's uid.
+    who.own(&sock);
     ul.set_nonblocking(true).unwrap();
     let connect = format!(
         "python3 -c \"import socket;s=socket.socket(socket.AF_UNIX);s.connect('{}');print('connected')\"",
         sock.display()
     );
-    let (code, _) = host_sh(&connect);
+    let (code, _) = who.host_sh(&connect);
     assert_eq!(code, 0);
     assert!(ul.accept().is_ok(), "baseline connection accepted");
     let r = d.sh(&id, &format!("{connect} 2>&1 | tail -1")).await;
@@ -240,11 +272,11 @@ print("x32_socket", call(0x40000000 | 41, 2, 1, 0))
         );
     }
     // Baseline: on the host io_uring_setup returns a ring and x32 is ENOSYS (38) or works.
-    let (_, host) = host_sh(&format!("python3 -c '{}'", py.replace('\'', "\"")));
+    let (_, host) = who.host_sh(&format!("python3 -c '{}'", py.replace('\'', "\"")));
     assert!(!host.contains("x32_getpid (-1, 1)"), "{host}");
 
     // 17: ptrace is denied (strace cannot attach), when strace is installed.
-    if host_sh("command -v strace").0 == 0 {
+    if who.host_sh("command -v strace").0 == 0 {
         let r = d.sh(&id, "strace -f true").await;
         assert_ne!(r.exit_code, 0);
         assert!(r.output.contains("Operation not permitted"), "{}", r.output);
@@ -255,14 +287,13 @@ print("x32_socket", call(0x40000000 | 41, 2, 1, 0))
 }
 
 // Cases 21–25: workspace-write writes only inside its roots.
-#[tokio::test]
-async fn workspace_write_writes_only_inside_its_roots() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    let r2 = scratch();
-    let out = outside();
+async fn workspace_write_writes_only_inside_its_roots(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    let r2 = who.scratch();
+    let out = who.outside();
     let existing = out.path().join("existing");
-    std::fs::write(&existing, "keep\n").unwrap();
+    who.write(&existing, "keep\n");
     let id = ww_session(&d, cwd.path(), &[r2.path()]).await;
 
     // 21, 22: the cwd and an extra root are writable.
@@ -280,7 +311,7 @@ async fn workspace_write_writes_only_inside_its_roots() {
 
     // 23: outside the roots nothing is created or changed (baseline: the host can).
     assert_eq!(
-        host_sh(&format!(
+        who.host_sh(&format!(
             "echo x > {0}/probe && rm {0}/probe",
             out.path().display()
         ))
@@ -321,6 +352,7 @@ async fn workspace_write_writes_only_inside_its_roots() {
 
     // 25: $TMPDIR from the session environment is a root unless excluded.
     let tmpdir = tempfile::tempdir_in("/var/tmp").unwrap();
+    who.own(tmpdir.path());
     for (exclude, allowed) in [(false, true), (true, false)] {
         let id = d
             .open_with(api::OpenSessionRequest {
@@ -339,16 +371,16 @@ async fn workspace_write_writes_only_inside_its_roots() {
     }
 }
 
-fn git_repo(dir: &std::path::Path) {
-    let (code, out) = host_sh(&format!(
+fn git_repo(who: &RunAs, dir: &std::path::Path) {
+    let (code, out) = who.host_sh(&format!(
         "cd {} && git init -q && mkdir -p .codex .agents && echo c > .codex/config.toml",
         dir.display()
     ));
     assert_eq!(code, 0, "{out}");
 }
 
-fn tree_hash(dir: &std::path::Path) -> String {
-    host_sh(&format!(
+fn tree_hash(who: &RunAs, dir: &std::path::Path) -> String {
+    who.host_sh(&format!(
         "cd {} && find . -type f -exec sha256sum {{}} + | sort",
         dir.display()
     ))
@@ -356,13 +388,12 @@ fn tree_hash(dir: &std::path::Path) -> String {
 }
 
 // Cases 26, 27, 31: protected paths stay read-only.
-#[tokio::test]
-async fn protected_paths_are_read_only() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    git_repo(cwd.path());
-    let git_before = tree_hash(&cwd.path().join(".git"));
-    let codex_before = tree_hash(&cwd.path().join(".codex"));
+async fn protected_paths_are_read_only(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    git_repo(who, cwd.path());
+    let git_before = tree_hash(who, &cwd.path().join(".git"));
+    let codex_before = tree_hash(who, &cwd.path().join(".codex"));
     let id = ww_session(&d, cwd.path(), &[]).await;
 
     for script in [
@@ -376,8 +407,8 @@ async fn protected_paths_are_read_only() {
         let r = d.sh(&id, script).await;
         assert_ne!(r.exit_code, 0, "{script}: {}", r.output);
     }
-    assert_eq!(tree_hash(&cwd.path().join(".git")), git_before);
-    assert_eq!(tree_hash(&cwd.path().join(".codex")), codex_before);
+    assert_eq!(tree_hash(who, &cwd.path().join(".git")), git_before);
+    assert_eq!(tree_hash(who, &cwd.path().join(".codex")), codex_before);
     assert!(!cwd.path().join(".agents/skills").exists());
     assert!(!cwd.path().join("moved").exists());
     // The rest of the workspace stays writable, and git can still read the repository.
@@ -389,10 +420,9 @@ async fn protected_paths_are_read_only() {
 }
 
 // Case 30: a protected name that is a symlink into a writable root refuses the session.
-#[tokio::test]
-async fn symlinked_protected_path_refuses_the_session() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn symlinked_protected_path_refuses_the_session(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     std::fs::create_dir(cwd.path().join("decoy")).unwrap();
     std::os::unix::fs::symlink(cwd.path().join("decoy"), cwd.path().join(".codex")).unwrap();
     let err = d.try_open(cwd.path(), WW).await.unwrap_err();
@@ -409,14 +439,13 @@ async fn symlinked_protected_path_refuses_the_session() {
 }
 
 // Cases 32–34: no moves out, no device nodes, no metadata changes outside the roots.
-#[tokio::test]
-async fn no_moves_out_no_devices_no_metadata_changes() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    let out = outside();
-    std::fs::write(cwd.path().join("file"), "data").unwrap();
+async fn no_moves_out_no_devices_no_metadata_changes(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    let out = who.outside();
+    who.write(&cwd.path().join("file"), "data");
     let target = out.path().join("target");
-    std::fs::write(&target, "target").unwrap();
+    who.write(&target, "target");
     let id = ww_session(&d, cwd.path(), &[]).await;
 
     // 32a: moving a file out of the root.
@@ -437,10 +466,11 @@ async fn no_moves_out_no_devices_no_metadata_changes() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "target");
 
     // 33: device nodes cannot be created, even as root (baseline: the host can, when root).
-    if nix::unistd::geteuid().is_root() {
+    if who.is_root() {
         let node = out.path().join("node");
         assert_eq!(
-            host_sh(&format!("mknod {0} c 1 3 && rm {0}", node.display())).0,
+            who.host_sh(&format!("mknod {0} c 1 3 && rm {0}", node.display()))
+                .0,
             0
         );
     }
@@ -455,7 +485,7 @@ async fn no_moves_out_no_devices_no_metadata_changes() {
     // 34: chmod, chown, touch and xattrs outside the roots (baseline first, then restore).
     let meta = std::fs::metadata(&target).unwrap();
     assert_eq!(
-        host_sh(&format!(
+        who.host_sh(&format!(
             "chmod 777 {0} && chmod {1:o} {0}",
             target.display(),
             meta.mode() & 0o7777
@@ -481,10 +511,9 @@ async fn no_moves_out_no_devices_no_metadata_changes() {
 }
 
 // Cases 35, 36: host-global state and other processes are out of reach.
-#[tokio::test]
-async fn hostname_and_processes_are_out_of_reach() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn hostname_and_processes_are_out_of_reach(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = ww_session(&d, cwd.path(), &[]).await;
     let host_name = nix::unistd::gethostname().unwrap();
     let r = d
@@ -521,10 +550,9 @@ async fn hostname_and_processes_are_out_of_reach() {
 }
 
 // Case 37: a timeout is a timeout, not a denial, and leaves nothing behind.
-#[tokio::test]
-async fn timeout_kills_and_is_not_a_denial() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn timeout_kills_and_is_not_a_denial(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = ww_session(&d, cwd.path(), &[]).await;
     let r = d
         .shell(api::ShellRequest {
@@ -544,15 +572,14 @@ async fn timeout_kills_and_is_not_a_denial() {
         "{}",
         r.response.text
     );
-    let (_, ps) = host_sh("ps -eo args");
+    let (_, ps) = who.host_sh("ps -eo args");
     assert!(!ps.lines().any(|l| l == "sleep 2.5"), "sleep survived");
 }
 
 // Case 38: network on: the host network is reachable, the dangerous calls still are not.
-#[tokio::test]
-async fn network_on_reaches_the_host_but_not_vsock_io_uring_or_ptrace() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn network_on_reaches_the_host_but_not_vsock_io_uring_or_ptrace(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let listener = Listener::start();
     let id = d
         .open_with(api::OpenSessionRequest {
@@ -620,13 +647,12 @@ async fn danger_full_access_is_unconfined() {
 }
 
 // E4, E5, E7, E8: descriptors, /proc tricks, corral's own state, the worker's memory.
-#[tokio::test]
-async fn descriptors_proc_tricks_and_corral_state() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    let out = outside();
+async fn descriptors_proc_tricks_and_corral_state(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    let out = who.outside();
     let ro = out.path().join("ro.txt");
-    std::fs::write(&ro, "original").unwrap();
+    who.write(&ro, "original");
     let id = d.open(cwd.path(), RO).await;
 
     // E4: only 0, 1, 2 (and ls's own directory descriptor).
@@ -706,8 +732,7 @@ async fn root_callers_are_confined_by_default() {
 
 // E1: with the network on, abstract UNIX sockets of the host are still out of reach (Landlock's
 // abstract-socket scope), while the host's TCP loopback is reachable.
-#[tokio::test]
-async fn network_on_cannot_reach_host_abstract_sockets() {
+async fn network_on_cannot_reach_host_abstract_sockets(who: &RunAs) {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("corral-e1-{}", std::process::id());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
@@ -717,12 +742,12 @@ async fn network_on_cannot_reach_host_abstract_sockets() {
         "python3 -c \"import socket;s=socket.socket(socket.AF_UNIX);s.connect('\\0{name}');print('connected')\""
     );
     // Baseline: the host connects.
-    let (code, out) = host_sh(&connect);
+    let (code, out) = who.host_sh(&connect);
     assert_eq!(code, 0, "{out}");
     assert!(listener.accept().is_ok());
 
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = d
         .open_with(api::OpenSessionRequest {
             cwd: cwd.path().display().to_string(),
@@ -745,11 +770,12 @@ async fn network_on_cannot_reach_host_abstract_sockets() {
 
 // §8.2 case 32(c): each writable root is its own mount, so a hard link across roots fails with
 // EXDEV (asserted so that a change of the mount layout is noticed).
-#[tokio::test]
-async fn hard_links_across_roots_are_cross_device() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    std::fs::write(cwd.path().join("file"), "data").unwrap();
+async fn hard_links_across_roots_are_cross_device(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    // Owned by the sandbox's uid: the kernel's protected_hardlinks refuses linking another
+    // user's file with EPERM before the mount layout is reached.
+    who.write(&cwd.path().join("file"), "data");
     let id = ww_session(&d, cwd.path(), &[]).await;
     let target = format!("/tmp/corral-hard-{}", std::process::id());
     let r = d.sh(&id, &format!("ln file {target}")).await;
@@ -764,14 +790,14 @@ async fn hard_links_across_roots_are_cross_device() {
 
 // §8.2 case 29: a worktree's `.git` file points at a gitdir in another writable root; that
 // gitdir stays read-only.
-#[tokio::test]
-async fn a_worktree_gitdir_in_another_root_stays_read_only() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    let r2 = scratch();
+async fn a_worktree_gitdir_in_another_root_stays_read_only(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    let r2 = who.scratch();
     let wt = r2.path().join("wt");
     std::fs::create_dir(&wt).unwrap();
-    std::fs::write(wt.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    who.write(&wt.join("HEAD"), "ref: refs/heads/main\n");
+    who.own(&wt);
     std::fs::write(
         cwd.path().join(".git"),
         format!("gitdir: {}\n", wt.display()),
@@ -801,12 +827,11 @@ async fn a_worktree_gitdir_in_another_root_stays_read_only() {
 // §8.2 case 20: the i386 syscall entry (int 0x80) kills the process (SIGSYS, exit 159) instead of
 // bypassing the x86_64 rules.
 #[cfg(target_arch = "x86_64")]
-#[tokio::test]
-async fn foreign_architecture_syscalls_are_killed() {
-    if host_sh("command -v cc").0 != 0 {
+async fn foreign_architecture_syscalls_are_killed(who: &RunAs) {
+    if who.host_sh("command -v cc").0 != 0 {
         panic!("a C compiler is required for this test (CI machines have gcc)");
     }
-    let dir = outside();
+    let dir = who.outside();
     let src = dir.path().join("i386.c");
     std::fs::write(
         &src,
@@ -814,19 +839,19 @@ async fn foreign_architecture_syscalls_are_killed() {
     )
     .unwrap();
     let bin = dir.path().join("i386");
-    let (code, out) = host_sh(&format!("cc -O0 -o {} {}", bin.display(), src.display()));
+    let (code, out) = who.host_sh(&format!("cc -O0 -o {} {}", bin.display(), src.display()));
     assert_eq!(code, 0, "{out}");
     // Baseline: outside the sandbox the i386 socket call returns a socket (IA32 emulation on) or
     // fails normally (off) — either way the process lives.
-    let (host_code, _) = host_sh(&bin.display().to_string());
+    let (host_code, _) = who.host_sh(&bin.display().to_string());
     if host_code >= 128 {
         // The kernel has no IA32 emulation (int 0x80 faults everywhere): nothing to bypass.
         eprintln!("skipped: this kernel has no IA32 syscall entry (int 0x80 -> {host_code})");
         return;
     }
     assert!(host_code == 0 || host_code == 3, "host: {host_code}");
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = d.open(cwd.path(), RO).await;
     let r = d
         .shell(api::ShellRequest {
@@ -841,12 +866,11 @@ async fn foreign_architecture_syscalls_are_killed() {
 
 // E6: racing to swap `.git` for a decoy (mv, ln -sfn) while writing `.git/config` gets nowhere:
 // the read-only bind mount cannot be moved or replaced.
-#[tokio::test]
-async fn racing_to_swap_the_git_dir_fails() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
-    git_repo(cwd.path());
-    let before = tree_hash(&cwd.path().join(".git"));
+async fn racing_to_swap_the_git_dir_fails(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
+    git_repo(who, cwd.path());
+    let before = tree_hash(who, &cwd.path().join(".git"));
     let id = ww_session(&d, cwd.path(), &[]).await;
     let script = "mkdir -p decoy; echo evil > decoy/config; \
         ( for i in $(seq 1000); do mv .git g 2>/dev/null && mv decoy .git 2>/dev/null; \
@@ -861,16 +885,19 @@ async fn racing_to_swap_the_git_dir_fails() {
         })
         .await;
     assert!(r.output.contains("raced"), "{}", r.output);
-    assert_eq!(tree_hash(&cwd.path().join(".git")), before, ".git changed");
+    assert_eq!(
+        tree_hash(who, &cwd.path().join(".git")),
+        before,
+        ".git changed"
+    );
     assert!(cwd.path().join(".git").is_dir() && !cwd.path().join(".git").is_symlink());
     assert!(!cwd.path().join("g").exists());
 }
 
 // E3 (shell part): a command has no controlling terminal, so it cannot inject keystrokes.
-#[tokio::test]
-async fn commands_have_no_controlling_terminal() {
-    let d = Daemon::start(&[]).await;
-    let cwd = scratch();
+async fn commands_have_no_controlling_terminal(who: &RunAs) {
+    let d = who.start(&[]).await;
+    let cwd = who.scratch();
     let id = d.open(cwd.path(), RO).await;
     let r = d
         .sh(

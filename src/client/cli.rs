@@ -128,6 +128,29 @@ pub async fn run(common: Common, command: ClientCommand) -> i32 {
     }
 }
 
+/// `{layer} (unavailable|degraded): {detail}` for each sandbox layer the daemon does not
+/// enforce (empty when all are, or when it cannot be asked).
+async fn layer_problems(channel: Channel) -> Vec<String> {
+    let Ok(caps) = SessionsClient::new(channel)
+        .get_capabilities(api::GetCapabilitiesRequest {})
+        .await
+    else {
+        return Vec::new();
+    };
+    caps.into_inner()
+        .layers
+        .iter()
+        .filter_map(|l| {
+            let state = match api::LayerStatus::try_from(l.status) {
+                Ok(api::LayerStatus::Unavailable) => "unavailable",
+                Ok(api::LayerStatus::Degraded) => "degraded",
+                _ => return None,
+            };
+            Some(format!("{} ({state}): {}", l.name, l.detail))
+        })
+        .collect()
+}
+
 fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
@@ -142,7 +165,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
     let channel = connect(&target).await?;
     match command {
         ClientCommand::Health => {
-            let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
+            let mut client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
             let resp = client
                 .check(tonic_health::pb::HealthCheckRequest {
                     service: String::new(),
@@ -154,10 +177,16 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                 tonic_health::pb::health_check_response::ServingStatus::try_from(resp.status)
                     .map(|s| s.as_str_name().to_string())
                     .unwrap_or_else(|_| resp.status.to_string());
+            // grpc.health.v1 carries no reason: the layers that are not in force say what is
+            // missing and how to fix the host.
+            let problems = layer_problems(channel).await;
             if common.json {
-                println!("{}", json!({ "status": status }));
+                println!("{}", json!({ "status": status, "problems": problems }));
             } else {
                 println!("{status}");
+                for problem in &problems {
+                    eprintln!("{problem}");
+                }
             }
             Ok(if status == "SERVING" { 0 } else { 1 })
         }

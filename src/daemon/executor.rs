@@ -148,7 +148,8 @@ impl Executor {
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
             env: Default::default(),
-            owner_uid: 0,
+            // The uid whose sessions the probe stands for: any, as root; else the only one.
+            owner_uid: nix::unistd::geteuid().as_raw(),
             // As root, probe as an unprivileged user, so a host that cannot switch identities
             // (no CAP_SETUID/SETGID, e.g. a restricted container) shows up before any call.
             identity: nix::unistd::geteuid()
@@ -182,7 +183,18 @@ impl Executor {
         )
         .await
         .map_err(|s| s.message().to_string())?;
-        Ok(worker.layers.clone())
+        let mut layers = worker.layers.clone();
+        // The memory limit's fallback is the daemon's knowledge, not the worker's: say it with
+        // the limits the worker reported (spec/sandbox.md §8.6 H11).
+        if let Some(why) = self.pool.no_memory_cgroup_because()
+            && let Some(limits) = layers.iter_mut().find(|l| l.name == Layer::Limits.as_str())
+        {
+            limits.detail.push_str(&format!(
+                "; memory: no memory cgroup for workers ({why}), so each process is held to \
+                 RLIMIT_DATA instead of one limit for the whole worker"
+            ));
+        }
+        Ok(layers)
     }
 
     /// Starts (or joins) the session's worker; fails with FAILED_PRECONDITION when the sandbox

@@ -112,12 +112,31 @@ impl Authenticator {
 }
 
 /// The identity a caller's worker runs as. A root daemon becomes the caller; a daemon that is
-/// not root can only serve its own user.
+/// not root serves its own uid only — root included, which it could not become, and which
+/// must not get its agent's files written as another user.
 pub fn worker_identity(
     caller: Caller,
     root_callers: RootCallers,
 ) -> Result<Option<Identity>, Status> {
-    let daemon_uid = nix::unistd::geteuid().as_raw();
+    worker_identity_of(nix::unistd::geteuid().as_raw(), caller, root_callers)
+}
+
+fn worker_identity_of(
+    daemon_uid: u32,
+    caller: Caller,
+    root_callers: RootCallers,
+) -> Result<Option<Identity>, Status> {
+    if daemon_uid != 0 {
+        if caller.uid != daemon_uid {
+            return Err(Status::permission_denied(format!(
+                "this daemon runs as uid {daemon_uid}, not root, and serves only uid \
+                 {daemon_uid} (caller is uid {}); start your own corral daemon, or run corral as \
+                 root to serve several users",
+                caller.uid
+            )));
+        }
+        return Ok(None);
+    }
     if caller.uid == 0 {
         return match root_callers {
             RootCallers::Deny => Err(Status::permission_denied(
@@ -126,16 +145,6 @@ pub fn worker_identity(
             // Root stays uid 0; the sandbox drops every capability (spec/sandbox.md §3.4).
             _ => Ok(None),
         };
-    }
-    if daemon_uid != 0 {
-        if caller.uid != daemon_uid {
-            return Err(Status::permission_denied(format!(
-                "this daemon runs as uid {daemon_uid} and can only serve that user (caller is \
-                 uid {}); run corral as root to serve several users",
-                caller.uid
-            )));
-        }
-        return Ok(None);
     }
     let user = User::from_uid(Uid::from_raw(caller.uid))
         .map_err(|e| Status::internal(format!("cannot read the user database: {e}")))?
@@ -159,4 +168,52 @@ pub fn worker_identity(
         gid: user.gid.as_raw(),
         groups,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(uid: u32) -> Caller {
+        Caller {
+            uid,
+            gid: uid,
+            pid: Some(1),
+            credential: None,
+        }
+    }
+
+    #[test]
+    fn a_daemon_that_is_not_root_serves_only_its_own_uid() {
+        for root_callers in [
+            RootCallers::Confined,
+            RootCallers::Trusted,
+            RootCallers::Deny,
+        ] {
+            assert_eq!(
+                worker_identity_of(1000, caller(1000), root_callers).unwrap(),
+                None
+            );
+            for other in [0, 1001] {
+                let err = worker_identity_of(1000, caller(other), root_callers).unwrap_err();
+                assert_eq!(err.code(), tonic::Code::PermissionDenied);
+                assert!(
+                    err.message().contains("serves only uid 1000")
+                        && err.message().contains(&format!("caller is uid {other}")),
+                    "{}",
+                    err.message()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_root_daemon_keeps_root_callers_as_root_or_refuses_them() {
+        assert_eq!(
+            worker_identity_of(0, caller(0), RootCallers::Confined).unwrap(),
+            None
+        );
+        let err = worker_identity_of(0, caller(0), RootCallers::Deny).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    }
 }

@@ -401,25 +401,28 @@ pub struct WorkerPool {
     /// Where each worker gets its memory cgroup; `None` (no controller this daemon may use):
     /// workers fall back to RLIMIT_DATA.
     cgroups: Option<Arc<MemoryCgroups>>,
+    /// Why there is none (e.g. a daemon that is not root may not write its cgroup).
+    no_cgroup_because: Option<Arc<str>>,
     spawned: Arc<AtomicU64>,
 }
 
 impl WorkerPool {
     pub fn new(degraded: Vec<Layer>) -> Self {
-        let cgroups = match MemoryCgroups::detect() {
-            Ok(c) => Some(Arc::new(c)),
+        let (cgroups, no_cgroup_because) = match MemoryCgroups::detect() {
+            Ok(c) => (Some(Arc::new(c)), None),
             Err(why) => {
                 tracing::warn!(
                     "no memory cgroup for sandbox workers ({why}); their memory is limited by \
                      RLIMIT_DATA per process instead"
                 );
-                None
+                (None, Some(Arc::from(why)))
             }
         };
         Self {
             workers: Arc::default(),
             degraded,
             cgroups,
+            no_cgroup_because,
             spawned: Arc::default(),
         }
     }
@@ -427,6 +430,11 @@ impl WorkerPool {
     /// Whether workers get a memory cgroup (else the RLIMIT_DATA fallback applies).
     pub fn has_memory_cgroups(&self) -> bool {
         self.cgroups.is_some()
+    }
+
+    /// Why workers get no memory cgroup, when they do not.
+    pub fn no_memory_cgroup_because(&self) -> Option<&str> {
+        self.no_cgroup_because.as_deref()
     }
 
     pub fn degraded(&self) -> &[Layer] {

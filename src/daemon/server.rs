@@ -58,6 +58,7 @@ pub async fn serve(
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;
+    let notes = startup_notes(&probe, nix::unistd::geteuid().as_raw());
     let service = CorralService {
         sessions: sessions.clone(),
         executor: executor.clone(),
@@ -153,7 +154,7 @@ pub async fn serve(
                 Some(l) => l,
                 None => listener::bind_unix(path, config.socket_mode)?,
             };
-            announce(&config.listen);
+            announce(&config.listen, &notes);
             tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), stopped))
         }
         ListenAddr::Tcp(addr) => {
@@ -161,7 +162,7 @@ pub async fn serve(
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             let bound = ListenAddr::Tcp(tcp.local_addr().map_err(|e| e.to_string())?);
-            announce(&bound);
+            announce(&bound, &notes);
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(tcp), stopped))
         }
     };
@@ -206,7 +207,41 @@ pub async fn serve(
     Ok(())
 }
 
-fn announce(addr: &ListenAddr) {
+/// What a human starting the daemon must know beyond where it listens: whether sandboxed
+/// sessions work here (and if not, the fix), which layers run degraded, and, for a daemon that is
+/// not root, whom it serves and how it sandboxes.
+fn startup_notes(probe: &Result<Vec<crate::api::Layer>, String>, uid: u32) -> Vec<String> {
+    let layers = match probe {
+        Err(e) => {
+            return vec![format!(
+                "sandboxed sessions are unavailable on this host: read-only and workspace-write \
+                 calls fail with FAILED_PRECONDITION (danger-full-access still works): {e}"
+            )];
+        }
+        Ok(layers) => layers,
+    };
+    let mut notes = Vec::new();
+    if uid != 0 {
+        notes.push(format!(
+            "running as uid {uid}, not root: serving only uid {uid}; sandboxed sessions run in \
+             an unprivileged user namespace"
+        ));
+    }
+    let degraded: Vec<&str> = layers
+        .iter()
+        .filter(|l| l.status == crate::api::LayerStatus::Degraded as i32)
+        .map(|l| l.name.as_str())
+        .collect();
+    if !degraded.is_empty() {
+        notes.push(format!(
+            "degraded mode: sandboxed sessions run without {} (see `corral capabilities`)",
+            degraded.join(", ")
+        ));
+    }
+    notes
+}
+
+fn announce(addr: &ListenAddr, notes: &[String]) {
     use std::io::Write;
     tracing::info!(listen = %addr, "corral is serving");
     let socket_flag = match addr {
@@ -223,6 +258,9 @@ fn announce(addr: &ListenAddr) {
         std::io::stderr(),
         "corral listening on {addr}\ntry: {bin} health {socket_flag}   or   {bin} list-dir {socket_flag} ."
     );
+    for note in notes {
+        let _ = writeln!(std::io::stderr(), "corral: {note}");
+    }
 }
 
 /// Resolves when the server task ends on its own.
@@ -315,4 +353,51 @@ fn server_tls(config: &Config) -> Result<tonic::transport::ServerTlsConfig, Stri
             .client_auth_optional(true);
     }
     Ok(tls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Layer, LayerStatus};
+
+    fn layer(name: &str, status: LayerStatus) -> Layer {
+        Layer {
+            name: name.into(),
+            status: status as i32,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn startup_notes_say_what_a_human_must_know() {
+        let fine = Ok(vec![layer("landlock", LayerStatus::Enforced)]);
+        assert!(startup_notes(&fine, 0).is_empty());
+        let user = startup_notes(&fine, 1000);
+        assert_eq!(user.len(), 1);
+        assert!(
+            user[0].contains("uid 1000, not root: serving only uid 1000"),
+            "{user:?}"
+        );
+        let failed = startup_notes(
+            &Err("sandbox unavailable: namespaces could not be applied: x. Fix it.".into()),
+            1000,
+        );
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0].contains("FAILED_PRECONDITION")
+                && failed[0].ends_with("namespaces could not be applied: x. Fix it."),
+            "{failed:?}"
+        );
+        let degraded = Ok(vec![
+            layer("namespaces", LayerStatus::Degraded),
+            layer("landlock", LayerStatus::Enforced),
+        ]);
+        let notes = startup_notes(&degraded, 0);
+        assert_eq!(
+            notes,
+            vec![
+                "degraded mode: sandboxed sessions run without namespaces (see `corral capabilities`)"
+            ]
+        );
+    }
 }

@@ -675,7 +675,12 @@ impl Sessions for CorralService {
             layers: match self.host_layers.as_ref() {
                 Ok(layers) => layers.clone(),
                 Err(e) => vec![api::Layer {
-                    name: "sandbox".into(),
+                    // The layer the §6 message names, when it has that shape.
+                    name: e
+                        .strip_prefix("sandbox unavailable: ")
+                        .and_then(|rest| rest.split_once(" could not be applied"))
+                        .map_or("sandbox", |(layer, _)| layer)
+                        .into(),
                     status: api::LayerStatus::Unavailable as i32,
                     detail: e.clone(),
                 }],

@@ -132,6 +132,13 @@ pub fn keep_capabilities_across_uid_change() -> Result<(), LayerError> {
     })
 }
 
+/// Empties the effective, permitted and inheritable sets (lowering them needs no privilege).
+/// For a process that keeps running but never executes anything (the namespace layer's
+/// waiting parent); a confined worker uses [`drop_all_capabilities`].
+pub fn clear_capability_sets() -> io::Result<()> {
+    capset(&[CapData::default(); 2])
+}
+
 /// Empties every capability set, sets and locks the securebits, and verifies the result.
 ///
 /// Order matters: the securebits and the bounding set need `CAP_SETPCAP` in the effective set, so
@@ -238,7 +245,12 @@ pub fn verify_no_capabilities() -> Result<(), LayerError> {
 /// The check of [`verify_no_capabilities`] on given status text (separate so it can be tested
 /// with a crafted status).
 pub fn check_status_capabilities(status: &str) -> Result<(), LayerError> {
-    for set in CAPABILITY_SETS {
+    check_status_sets(status, &CAPABILITY_SETS)
+}
+
+/// Fails naming the first of `sets` that is not empty in `status`.
+fn check_status_sets(status: &str, sets: &[&str]) -> Result<(), LayerError> {
+    for &set in sets {
         let value = status
             .lines()
             .find_map(|line| line.strip_prefix(set)?.strip_prefix(':'))
@@ -265,6 +277,72 @@ pub fn check_status_capabilities(status: &str) -> Result<(), LayerError> {
         }
     }
     Ok(())
+}
+
+/// The capability layer of a worker that is neither root nor inside a user namespace of its
+/// own: a daemon that is not root, running with the namespaces layer degraded (the host forbids
+/// unprivileged user namespaces and the operator allowed that). Such a process holds no
+/// capability worth dropping, and without `CAP_SETPCAP` it cannot empty its bounding set or set
+/// securebits. It does what it can — ambient cleared; inheritable, permitted and effective
+/// emptied; the four verified — and reports the bounding set as left: with no_new_privs (always
+/// set next) no `execve` can gain a capability through it (set-user-ID bits and file
+/// capabilities are ignored), and seccomp denies creating a user namespace. Never used for a
+/// root worker, which must pass [`drop_all_capabilities`].
+pub fn drop_capabilities_without_privilege() -> Result<LayerReport, LayerError> {
+    // SAFETY: geteuid cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return Err(LayerError::new(
+            CAPS,
+            "the unprivileged capability step was asked of a root process",
+            "Report this: a root worker must drop every capability set",
+        ));
+    }
+    // SAFETY: PR_CAP_AMBIENT takes integer arguments only.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if rc != 0 {
+        return Err(cap_error(
+            "PR_CAP_AMBIENT_CLEAR_ALL",
+            io::Error::last_os_error(),
+            "Use a kernel with ambient capabilities (Linux 4.3 or newer)",
+        ));
+    }
+    clear_capability_sets().map_err(|e| {
+        cap_error(
+            "capset to empty sets",
+            e,
+            "This should not fail; report it with the kernel version",
+        )
+    })?;
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| {
+        LayerError::new(
+            CAPS,
+            format!("cannot read /proc/self/status to verify the capability drop: {e}"),
+            "The worker needs /proc mounted",
+        )
+    })?;
+    check_status_sets(&status, &["CapInh", "CapPrm", "CapEff", "CapAmb"])?;
+    Ok(LayerReport::with_missing(
+        Layer::Capabilities,
+        format!(
+            "no capability held (uid {uid}, not root): inheritable, permitted, effective and \
+             ambient sets empty"
+        ),
+        vec![
+            "bounding set not emptied and securebits not locked (both need CAP_SETPCAP, which \
+             a process that is not root holds only in a user namespace); no_new_privs keeps \
+             execve from gaining capabilities through them"
+                .to_string(),
+        ],
+    ))
 }
 
 /// Sets `no_new_privs` (§3.5) and verifies it. Must come before Landlock and seccomp: root could
@@ -465,6 +543,69 @@ mod tests {
                 .message
                 .starts_with("sandbox setup failed: capabilities could not be applied: ")
                 && outcome.message.contains("PR_SET_KEEPCAPS"),
+            "{}",
+            outcome.message
+        );
+    }
+
+    #[test]
+    fn without_privilege_every_held_set_is_emptied_and_the_bounding_set_reported() {
+        require_root_with_caps();
+        assert_child_ok(|| {
+            // A non-root process that still holds something: permitted kept across the uid
+            // change, plus an inheritable and an ambient capability (CAP_NET_BIND_SERVICE).
+            keep_capabilities_across_uid_change().map_err(|e| e.to_string())?;
+            // SAFETY: plain syscalls with integer arguments.
+            expect_success("setresgid", unsafe { libc::setresgid(65534, 65534, 65534) }
+                as i64)?;
+            // SAFETY: as above.
+            expect_success("setresuid", unsafe { libc::setresuid(65534, 65534, 65534) }
+                as i64)?;
+            const CAP_NET_BIND_SERVICE: u32 = 10;
+            let mut data = capget().map_err(|e| e.to_string())?;
+            data[0].inheritable |= 1 << CAP_NET_BIND_SERVICE;
+            data[0].effective = data[0].permitted;
+            capset(&data).map_err(|e| e.to_string())?;
+            // SAFETY: integer arguments only.
+            let raised = unsafe {
+                libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE,
+                    CAP_NET_BIND_SERVICE,
+                    0,
+                    0,
+                )
+            };
+            expect_success("raising an ambient capability", raised as i64)?;
+            if !own_status().contains("CapAmb:\t0000000000000400") {
+                return Err(format!(
+                    "baseline: no ambient capability:\n{}",
+                    own_status()
+                ));
+            }
+            let report = drop_capabilities_without_privilege().map_err(|e| e.to_string())?;
+            if report.status != crate::sandbox::report::LayerStatus::PartiallyEnforced
+                || !report.missing[0].contains("bounding set not emptied")
+            {
+                return Err(format!("{report:?}"));
+            }
+            let status = own_status();
+            check_status_sets(&status, &["CapInh", "CapPrm", "CapEff", "CapAmb"])
+                .map_err(|e| e.to_string())?;
+            // The bounding set is what remains, and the report says so.
+            if status.contains("CapBnd:\t0000000000000000") {
+                return Err(format!("bounding set unexpectedly empty:\n{status}"));
+            }
+            Ok(())
+        });
+        // A root process must take the full drop: the unprivileged step refuses it.
+        let outcome = in_child(|| {
+            drop_capabilities_without_privilege()
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        assert!(
+            outcome.message.contains("asked of a root process"),
             "{}",
             outcome.message
         );

@@ -2,7 +2,8 @@
 //! layer, each named after what it protects. Knows nothing of tools or gRPC.
 //!
 //! Order of application (spec/sandbox.md §3.1), see `worker::confine`:
-//! namespaces → identity → caps → no_new_privs → landlock → seccomp → limits.
+//! [user namespace, when not root →] namespaces → identity → caps → no_new_privs → landlock →
+//! seccomp → limits.
 
 pub mod caps;
 pub mod cgroup;
@@ -17,6 +18,7 @@ pub mod profile;
 pub mod report;
 pub mod roots;
 pub mod seccomp;
+pub mod userns;
 pub mod watcher;
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! [`enter_namespaces`] is step 1 of the worker's confinement. It must run in a single-threaded
 //! process that still holds `CAP_SYS_ADMIN`: `unshare(CLONE_NEWNS)` refuses a process whose
 //! filesystem state is shared with other threads, and every mount below needs the capability.
+//! A root daemon's worker has it on the host; a worker of a daemon that is not root has it in the
+//! user namespace it entered just before (`userns`), which then owns every namespace made here.
 //!
 //! **It forks.** A new PID namespace applies only to children, so after `unshare` the calling
 //! process forks once: the child becomes PID 1 of the new namespace, builds the filesystem view
@@ -19,6 +21,7 @@
 
 use crate::sandbox::error::LayerError;
 use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::userns;
 use nix::errno::Errno;
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
@@ -134,6 +137,15 @@ pub fn enter_namespaces(policy: &SandboxPolicy) -> Result<(), LayerError> {
 fn wait_and_exit(child: libc::pid_t) -> ! {
     // SAFETY: close_range on our own descriptor table; failure (old kernel) only leaves fds open.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    // It only waits, so it keeps no capability either (it lives in the sandbox's mount and
+    // network namespaces, outside its pid namespace). If even that fails, take the sandbox down.
+    if crate::sandbox::caps::clear_capability_sets().is_err() {
+        // SAFETY: killing our own child, then leaving without running destructors.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::_exit(1);
+        }
+    }
     let mut status = 0;
     loop {
         // SAFETY: plain waitpid on our only child.
@@ -773,18 +785,41 @@ fn io_fail(path: &Path, e: std::io::Error) -> LayerError {
 
 /// The fail-closed message of spec/sandbox.md §6, with a fix chosen from the errno.
 fn fail(cause: String, errno: Errno) -> LayerError {
-    let fix = match errno {
-        Errno::ESTALE => {
-            "Open a new session: writable roots are pinned when a session opens and are never re-resolved."
+    // A refusal inside the user namespace of a daemon that is not root: name the host setting
+    // that withholds its capabilities (AppArmor's restriction lets the namespace be made, then
+    // refuses every capability in it), read now.
+    let unprivileged = userns::needed().then(|| {
+        (
+            nix::unistd::geteuid().as_raw(),
+            userns::HostSettings::read(),
+        )
+    });
+    fail_with(cause, errno, unprivileged.as_ref())
+}
+
+/// [`fail`] with the daemon's situation spelled out: `Some((uid, settings))` when it is not
+/// root (testable without changing the process's uid).
+fn fail_with(
+    cause: String,
+    errno: Errno,
+    unprivileged: Option<&(u32, userns::HostSettings)>,
+) -> LayerError {
+    let fix = match (errno, unprivileged) {
+        (Errno::ESTALE, _) => {
+            "Open a new session: writable roots are pinned when a session opens and are never re-resolved.".to_string()
         }
-        Errno::ENOSYS => {
-            "Use Linux 5.12 or newer (mount_setattr, open_tree, fsopen), or allow degraded mode for namespaces."
+        (Errno::ENOSYS, _) => {
+            "Use Linux 5.12 or newer (mount_setattr, open_tree, fsopen), or allow degraded mode for namespaces.".to_string()
         }
-        Errno::EPERM | Errno::EACCES => {
-            "Run the corral daemon as root with CAP_SYS_ADMIN (inside a container, grant CAP_SYS_ADMIN and allow unshare and mount in its seccomp profile and LSM policy), or allow degraded mode for namespaces."
+        (Errno::EPERM | Errno::EACCES, Some((uid, settings))) => format!(
+            "The kernel refused it inside corral's own user namespace. {}.",
+            userns::fix_text(*uid, settings)
+        ),
+        (Errno::EPERM | Errno::EACCES, None) => {
+            "Run the corral daemon as root with CAP_SYS_ADMIN (inside a container, grant CAP_SYS_ADMIN and allow unshare and mount in its seccomp profile and LSM policy), or allow degraded mode for namespaces.".to_string()
         }
         _ => {
-            "Check the kernel log and the mount table of the host, or allow degraded mode for namespaces."
+            "Check the kernel log and the mount table of the host, or allow degraded mode for namespaces.".to_string()
         }
     };
     LayerError {
@@ -1320,6 +1355,36 @@ mod tests {
             "{out}"
         );
         assert!(!s.root.join("f").exists());
+    }
+
+    #[test]
+    fn a_refusal_without_root_names_the_host_setting() {
+        let apparmor = userns::HostSettings {
+            apparmor_restrict_unprivileged_userns: Some(1),
+            ..Default::default()
+        };
+        let e = fail_with(
+            "unshare(CLONE_NEWNS|CLONE_NEWPID) failed: Operation not permitted".into(),
+            Errno::EPERM,
+            Some(&(1000, apparmor)),
+        );
+        let parts = e.parts().expect("standard shape");
+        assert_eq!(
+            parts.cause,
+            "unshare(CLONE_NEWNS|CLONE_NEWPID) failed: Operation not permitted"
+        );
+        assert!(
+            parts.fix.starts_with(
+                "The kernel refused it inside corral's own user namespace. This daemon runs as uid 1000"
+            ) && parts
+                .fix
+                .contains("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+            "{}",
+            parts.fix
+        );
+        // As root the fix is about root's own capabilities.
+        let root = fail_with("x".into(), Errno::EPERM, None);
+        assert!(root.message.contains("CAP_SYS_ADMIN"), "{}", root.message);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::sandbox::error::LayerError;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
 use crate::sandbox::watcher::Guard;
-use crate::sandbox::{caps, identity, landlock, limits, namespaces, seccomp};
+use crate::sandbox::{caps, identity, landlock, limits, namespaces, seccomp, userns};
 use std::os::fd::{AsRawFd, RawFd};
 
 /// A confined worker: what each layer reported, and the protected-name guard (created as the
@@ -52,18 +52,41 @@ pub fn confine(
         missing: Vec::new(),
     };
 
-    // 1. Namespaces and the filesystem view, while still privileged.
+    // A daemon that is not root serves only its own uid (the daemon refuses other callers), so
+    // its workers have no identity to take, and build their namespaces in a user namespace.
+    let unprivileged = userns::needed();
+    let daemon_uid = nix::unistd::geteuid().as_raw();
+    // Whether this process holds capabilities of its own user namespace (set below).
+    let mut in_own_user_namespace = false;
+
+    // 1. Namespaces and the filesystem view, while still privileged. Without root, the
+    //    privilege is that of a user namespace entered first (the daemon's uid mapped to
+    //    itself, see userns.rs).
     step(Layer::Namespaces, &mut || {
+        if !sandboxed {
+            return Ok(not_applicable(Layer::Namespaces));
+        }
+        let mut detail = Vec::new();
+        if unprivileged {
+            detail.push(userns::enter_own_user_namespace()?);
+            in_own_user_namespace = true;
+        }
         namespaces::enter_namespaces(policy)?;
-        Ok(if sandboxed {
-            LayerReport::enforced(Layer::Namespaces, "mount, pid, uts, ipc (and net when off)")
-        } else {
-            not_applicable(Layer::Namespaces)
-        })
+        detail.push("mount, pid, uts, ipc (and net when off)".to_string());
+        Ok(LayerReport::enforced(Layer::Namespaces, detail.join("; ")))
     })?;
     // 2. Identity: become the session owner. Keep the permitted set across the uid change so the
     //    capability drop below can still empty the bounding set.
     step(Layer::Identity, &mut || {
+        if unprivileged && policy.identity.is_none() {
+            return Ok(LayerReport::not_applicable(
+                Layer::Identity,
+                format!(
+                    "not applicable: the daemon runs as uid {daemon_uid}, not root, and serves \
+                     only that uid; commands run as uid {daemon_uid}"
+                ),
+            ));
+        }
         if sandboxed {
             caps::keep_capabilities_across_uid_change()?;
         }
@@ -90,8 +113,17 @@ pub fn confine(
         None
     };
     if sandboxed {
-        // 3. Capabilities: every set emptied, securebits locked, verified.
-        step(Layer::Capabilities, &mut caps::drop_all_capabilities)?;
+        // 3. Capabilities: every set emptied, securebits locked, verified — the root worker's
+        //    and the user namespace's alike. Only a non-root worker whose namespaces layer was
+        //    degraded holds nothing to lock them with; it empties what it holds (caps.rs).
+        if unprivileged && !in_own_user_namespace {
+            step(
+                Layer::Capabilities,
+                &mut caps::drop_capabilities_without_privilege,
+            )?;
+        } else {
+            step(Layer::Capabilities, &mut caps::drop_all_capabilities)?;
+        }
         // 4. no_new_privs, before Landlock and seccomp.
         step(Layer::NoNewPrivs, &mut caps::set_no_new_privs)?;
         // 5. Landlock.

@@ -18,6 +18,9 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub log: PathBuf,
+    /// `(uid, gid)` the test connects as; `None`: as this (root) process. A daemon that is not
+    /// root serves only its own uid, so the test calls it as that user.
+    pub caller: Option<(u32, u32)>,
 }
 
 impl Daemon {
@@ -55,6 +58,51 @@ impl Daemon {
             dir,
             socket,
             log,
+            caller: None,
+        };
+        daemon.wait_ready().await;
+        daemon
+    }
+
+    /// Starts `corral serve` as the ordinary user `user` (a single-user daemon: no root, so its
+    /// workers sandbox through a user namespace), on a socket in a directory that user owns,
+    /// and waits until it answers. The test then connects as that user.
+    pub async fn start_as(user: &TestUser, extra: &[&str]) -> Daemon {
+        use std::os::unix::fs::PermissionsExt;
+        // Outside /tmp (a writable root by default) and owned by the user, private.
+        let dir = outside();
+        std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let socket = dir.path().join("corral.sock");
+        let log = dir.path().join("daemon.log");
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid",
+                &user.name,
+                "--regid",
+                &user.name,
+                "--init-groups",
+                "--",
+            ])
+            .arg(client_binary())
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .args(extra)
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("CORRAL_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn corral serve as the test user");
+        let daemon = Daemon {
+            child: Some(child),
+            dir,
+            socket,
+            log,
+            caller: Some((user.uid, user.gid)),
         };
         daemon.wait_ready().await;
         daemon
@@ -84,15 +132,16 @@ impl Daemon {
             log: dir.path().join("daemon.log"),
             dir,
             socket: socket.to_path_buf(),
+            caller: None,
         };
         daemon.wait_ready().await;
         daemon
     }
 
-    async fn wait_ready(&self) {
+    pub async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.socket.exists() && corral::client::connect(self.target()).await.is_ok() {
+            if self.socket.exists() && self.try_channel().await.is_ok() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -113,9 +162,14 @@ impl Daemon {
     }
 
     pub async fn channel(&self) -> Channel {
-        corral::client::connect(self.target())
-            .await
-            .expect("connect")
+        self.try_channel().await.expect("connect")
+    }
+
+    async fn try_channel(&self) -> Result<Channel, String> {
+        match self.caller {
+            None => corral::client::connect(self.target()).await,
+            Some((uid, gid)) => connect_as(&self.socket, uid, gid).await,
+        }
     }
 
     pub async fn sessions(&self) -> SessionsClient<Channel> {
@@ -233,6 +287,100 @@ impl Drop for Daemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// A channel to the daemon at `socket` whose connections carry `uid`/`gid` as their peer
+/// credentials. Credentials are per thread in the kernel: each connection is made by a fresh
+/// thread that switches only itself (raw syscalls; the libc wrappers would switch every thread
+/// of the test process), checks the socket as that user would, connects, and ends.
+pub async fn connect_as(socket: &Path, uid: u32, gid: u32) -> Result<Channel, String> {
+    connect_with_credentials(socket, uid, gid, true).await
+}
+
+/// [`connect_as`] without the client's socket trust check: for tests of what the daemon does
+/// with a caller that a real client would not even let connect (e.g. another user).
+pub async fn connect_as_unchecked(socket: &Path, uid: u32, gid: u32) -> Result<Channel, String> {
+    connect_with_credentials(socket, uid, gid, false).await
+}
+
+async fn connect_with_credentials(
+    socket: &Path,
+    uid: u32,
+    gid: u32,
+    check: bool,
+) -> Result<Channel, String> {
+    use hyper_util::rt::TokioIo;
+    let shown = socket.display().to_string();
+    let socket = socket.to_path_buf();
+    tonic::transport::Endpoint::from_static("http://corral.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            async move {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                std::thread::spawn(move || {
+                    let _ = tx.send(connect_on_this_thread_as(&socket, uid, gid, check));
+                });
+                let stream = rx.await.map_err(std::io::Error::other)??;
+                stream.set_nonblocking(true)?;
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::from_std(stream)?))
+            }
+        }))
+        .await
+        .map_err(|e| format!("cannot connect to {shown} as uid {uid}: {e}"))
+}
+
+fn connect_on_this_thread_as(
+    socket: &Path,
+    uid: u32,
+    gid: u32,
+    check: bool,
+) -> std::io::Result<std::os::unix::net::UnixStream> {
+    // SAFETY: raw credential syscalls act on the calling thread only, which ends right after.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) != 0
+            || libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0
+            || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    if check {
+        corral::daemon::socket::check_client(socket, uid).map_err(std::io::Error::other)?;
+    }
+    std::os::unix::net::UnixStream::connect(socket)
+}
+
+/// A TCP listener on the host's loopback that counts the connections it accepts.
+pub struct Listener {
+    pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Listener {
+    pub fn start() -> Listener {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for stream in l.incoming() {
+                let Ok(mut s) = stream else { continue };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 512];
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+                let _ = std::io::Read::read(&mut s, &mut buf);
+                let _ = std::io::Write::write_all(
+                    &mut s,
+                    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                );
+            }
+        });
+        Listener { port, accepted }
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -369,10 +517,13 @@ impl TestUser {
     pub fn create(tag: &str) -> TestUser {
         use std::os::unix::fs::PermissionsExt;
         let name = format!("crl{tag}{}", std::process::id());
-        let out = Command::new("useradd")
-            .args(["--no-create-home", "--shell", "/bin/bash", &name])
-            .output()
-            .expect("useradd");
+        let out = {
+            let _one_at_a_time = USER_DB.lock().unwrap_or_else(|p| p.into_inner());
+            Command::new("useradd")
+                .args(["--no-create-home", "--shell", "/bin/bash", &name])
+                .output()
+                .expect("useradd")
+        };
         assert!(
             out.status.success(),
             "useradd: {}",
@@ -420,7 +571,103 @@ impl TestUser {
 impl Drop for TestUser {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = Command::new("userdel").arg(&self.name).output();
+        let _one_at_a_time = USER_DB.lock().unwrap_or_else(|p| p.into_inner());
+        // userdel refuses (exit 8) while a process of the user still runs: a daemon's last
+        // sandbox processes may still be exiting.
+        for _ in 0..100 {
+            match Command::new("userdel").arg(&self.name).status() {
+                Ok(s) if s.code() == Some(8) => std::thread::sleep(Duration::from_millis(50)),
+                _ => break,
+            }
+        }
+    }
+}
+
+/// useradd and userdel lock the user database and give up, rather than wait, when another
+/// holds it: tests of one process take turns.
+static USER_DB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Who runs the daemon under test — root (CI's default) or an ordinary user created for the
+/// test (a single-user daemon, DESIGN.md §1) — and therefore who calls it, owns the scratch
+/// directories and runs the host-side baselines (spec/sandbox.md §8.1: "as the same uid").
+/// Escape cases written against a `RunAs` run unchanged against both daemons.
+#[derive(Clone)]
+pub enum RunAs {
+    Root,
+    User(std::sync::Arc<TestUser>),
+}
+
+impl RunAs {
+    /// A new ordinary user (needs root; CI is root). `tag` must be unique in the test binary.
+    pub fn ordinary_user(tag: &str) -> RunAs {
+        RunAs::User(std::sync::Arc::new(TestUser::create(tag)))
+    }
+
+    pub fn is_root(&self) -> bool {
+        matches!(self, RunAs::Root)
+    }
+
+    /// Starts the daemon as this user and waits until it answers.
+    pub async fn start(&self, extra: &[&str]) -> Daemon {
+        match self {
+            RunAs::Root => Daemon::start(extra).await,
+            RunAs::User(user) => Daemon::start_as(user, extra).await,
+        }
+    }
+
+    /// [`scratch`], owned by this user.
+    pub fn scratch(&self) -> tempfile::TempDir {
+        let dir = scratch();
+        self.own(dir.path());
+        dir
+    }
+
+    /// [`outside`], owned by this user.
+    pub fn outside(&self) -> tempfile::TempDir {
+        let dir = outside();
+        self.own(dir.path());
+        dir
+    }
+
+    /// Gives `path` (and, for a directory, everything below it) to this user, so that only the
+    /// sandbox, never the file permissions, can stop that user from changing it.
+    pub fn own(&self, path: &Path) {
+        let RunAs::User(user) = self else { return };
+        std::os::unix::fs::lchown(path, Some(user.uid), Some(user.gid)).unwrap();
+        if path.is_dir() && !path.is_symlink() {
+            for entry in std::fs::read_dir(path).unwrap() {
+                self.own(&entry.unwrap().path());
+            }
+        }
+    }
+
+    /// Writes a file owned by this user.
+    pub fn write(&self, path: &Path, contents: &str) {
+        std::fs::write(path, contents).unwrap();
+        self.own(path);
+    }
+
+    /// [`host_sh`] as this user: the baseline outside the sandbox with the sandbox's uid.
+    pub fn host_sh(&self, script: &str) -> (i32, String) {
+        let RunAs::User(user) = self else {
+            return host_sh(script);
+        };
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                &user.name,
+                "--regid",
+                &user.name,
+                "--init-groups",
+                "--",
+            ])
+            .args(["bash", "-c", script])
+            .current_dir("/")
+            .output()
+            .expect("setpriv bash");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.code().unwrap_or(-1), text)
     }
 }
 
