@@ -715,3 +715,30 @@ async fn bad_input_is_refused_clearly() {
         Some(128 + 9)
     );
 }
+
+/// A cursor at the very end of the range (u64::MAX) is answered, with nothing after it.
+#[tokio::test]
+async fn a_cursor_at_the_end_of_the_range_is_answered() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let s = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+    let id = start(
+        &d,
+        &s,
+        api::StartProcessRequest {
+            command: argv(&["echo", "hi"]),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        read(&d, &s, id, Some(u64::MAX), 100),
+    )
+    .await
+    .expect("answered")
+    .unwrap();
+    assert!(r.chunks.is_empty() && !r.gap);
+    assert_eq!(r.last_seq, Some(u64::MAX));
+}

@@ -438,13 +438,21 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = frame::write_blocking(&mut *w, &frame);
             };
-            let result = bounded(dispatch::execute(
-                &ctx,
-                &state.runner,
-                call,
-                stream,
-                &mut emit,
-            ));
+            // A panic in a tool must still answer the call (else the daemon waits for it
+            // until its deadline, or for ever): INTERNAL, and the worker serves on.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                dispatch::execute(&ctx, &state.runner, call, stream, &mut emit)
+            }))
+            .unwrap_or_else(|_| {
+                worker_reply::Result::Failure(ToolFailure {
+                    code: tonic::Code::Internal as i32,
+                    message: "the sandbox worker failed while running the call (a bug in \
+                              corral; the worker log has the panic); nothing else is affected"
+                        .into(),
+                    setup: None,
+                })
+            });
+            let result = bounded(result);
             let (kept_processes, ended_processes) =
                 crate::tools::unified_exec::changes_of(&ctx.session_id);
             let reply = WorkerReply {

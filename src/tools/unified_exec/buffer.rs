@@ -159,7 +159,14 @@ impl HeadTail {
     /// from the beginning), at most `max_bytes` of them — but always the first chunk whole, and
     /// never half a chunk.
     pub fn read_after(&self, after: Option<u64>, max_bytes: usize) -> Read {
-        let first_seq = after.map_or(0, |s| s + 1);
+        // A cursor at u64::MAX has nothing after it (and must not overflow).
+        let Some(first_seq) = after.map_or(Some(0), |s| s.checked_add(1)) else {
+            return Read {
+                chunks: Vec::new(),
+                gap: false,
+                more: false,
+            };
+        };
         let pieces = self
             .head
             .iter()
@@ -182,7 +189,7 @@ impl HeadTail {
         let mut gap = match chunks.first() {
             Some(c) => c.seq != first_seq || c.offset != c.start,
             // Nothing retained after the cursor, though more was written: all of it dropped.
-            None => after.map_or(self.total > 0, |s| s + 1 < self.next_seq),
+            None => first_seq < self.next_seq,
         };
         gap |= chunks
             .windows(2)
@@ -251,6 +258,8 @@ mod tests {
         assert_eq!(bytes(&b.read_after(None, 1 << 20).chunks), b"abcd");
         assert_eq!(r.chunks[0].offset, 2);
         let none = b.read_after(Some(3), 1 << 20);
+        assert!(none.chunks.is_empty() && !none.gap);
+        let none = b.read_after(Some(u64::MAX), 1 << 20);
         assert!(none.chunks.is_empty() && !none.gap);
         // Empty chunks take no number.
         assert_eq!(b.push(b""), 4);
