@@ -7,7 +7,7 @@ import json
 import signal
 
 import pytest
-from conftest import Daemon, session_env, target_dir
+from conftest import Daemon, session_env
 from corral_client import (
     Client,
     Cursor,
@@ -224,9 +224,8 @@ def test_bad_input_is_a_typed_error(client, session):
     assert session.processes.list() == []
 
 
-def test_processes_hold_running_command_slots(workspace):
-    conf = target_dir() / "pytest-daemons" / "limit.toml"
-    conf.parent.mkdir(parents=True, exist_ok=True)
+def test_processes_hold_running_command_slots(workspace, tmp_path):
+    conf = tmp_path / "limit.toml"
     conf.write_text("[policy.default]\nmax_concurrent_commands = 1\n")
     d = Daemon(extra=("--config", str(conf)))
     try:
