@@ -6,8 +6,9 @@
  * @typedef {{type: 'custom_tool_call', name: string, input: string, call_id: string}} CustomToolCall
  * @typedef {{type: 'function_call_output', call_id: string, output: string}} FunctionCallOutput
  * @typedef {{type: 'custom_tool_call_output', call_id: string, output: string}} CustomToolCallOutput
- * @typedef {{id: string, type: 'function', function: {name: string, arguments: string}}} ChatToolCall
- * @typedef {{role: 'tool', tool_call_id: string, content: string}} ChatToolMessage
+ * @typedef {{id: string, type: 'function', function: {name: string, arguments: string}}
+ *   | {id: string, type: 'custom', custom: {name: string, input: string}}} ChatToolCall
+ * @typedef {{role: 'tool', tool_call_id: string, content: string | object[]}} ChatToolMessage
  */
 
 /** An output's content items (view_image's image) as Responses API input items. */
@@ -23,7 +24,26 @@ function contentItems(result) {
   });
 }
 
-/** OpenAI Responses API: `function_call` / `custom_tool_call` output items → their outputs. */
+/**
+ * A tool message's content: the output text, or, when the output is content items (view_image's
+ * image), Chat Completions content parts as Codex sends them (an image as
+ * `{type: 'image_url', image_url: {url}}`; Chat Completions has no `original` detail, so none is sent).
+ */
+function chatContent(result) {
+  const parts = (result.contentItems ?? []).flatMap((c) => {
+    if (c.item === 'inputText') return [{ type: 'text', text: c.inputText }];
+    if (c.item === 'inputImage') return [{ type: 'image_url', image_url: { url: c.inputImage.imageUrl } }];
+    return [];
+  });
+  return parts.length ? parts : result.output;
+}
+
+/**
+ * OpenAI Responses API: `function_call` / `custom_tool_call` output items → their outputs. Every
+ * tool of the session's set goes the same way (exec_command/write_stdin, update_plan, …); an
+ * output made of content items (view_image's image) is sent as that array of
+ * `input_image`/`input_text` items.
+ */
 export class ResponsesAdapter {
   /**
    * @param {Session} session
@@ -80,7 +100,11 @@ export class ResponsesAdapter {
   }
 }
 
-/** OpenAI Chat Completions: an assistant message's `tool_calls` → `tool` messages. */
+/**
+ * OpenAI Chat Completions: an assistant message's `tool_calls` → `tool` messages. A message's
+ * `content` is the output text, or for an output made of content items (view_image's image) the
+ * content parts Codex sends (`{type: 'image_url', image_url: {url: 'data:…'}}`).
+ */
 export class ChatCompletionsAdapter {
   /** @param {Session} session @param {{exclude?: string[], onResult?: Function}} [options] */
   constructor(session, options = {}) {
@@ -99,13 +123,19 @@ export class ChatCompletionsAdapter {
    * @returns {Promise<ChatToolMessage>}
    */
   async handle(toolCall) {
-    if (toolCall?.type !== undefined && toolCall.type !== 'function') {
+    const kind = toolCall?.type ?? 'function';
+    let result;
+    if (kind === 'function') {
+      const fn = toolCall.function;
+      result = await this.session.invoke(fn.name, fn.arguments || '{}', { callId: toolCall.id });
+    } else if (kind === 'custom') {
+      const { name, input } = toolCall.custom;
+      result = await this.session.invoke(name, input ?? '', { callId: toolCall.id, freeform: true });
+    } else {
       throw new TypeError(`unsupported tool call type: ${toolCall.type}`);
     }
-    const fn = toolCall.function;
-    const result = await this.session.invoke(fn.name, fn.arguments || '{}', { callId: toolCall.id });
     this.onResult?.(toolCall, result);
-    return { role: 'tool', tool_call_id: toolCall.id, content: result.output };
+    return { role: 'tool', tool_call_id: toolCall.id, content: chatContent(result) };
   }
 
   /**

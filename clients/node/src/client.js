@@ -5,6 +5,8 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { corralPackage } from './proto.js';
 import { fromGrpcError, CorralError, NotFoundError, PermissionDeniedError } from './errors.js';
+import { Processes } from './processes.js';
+import { callOptions, dropUndefined, unary } from './rpc.js';
 
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
 const dispose = Symbol.dispose ?? Symbol.for('Symbol.dispose');
@@ -49,8 +51,16 @@ const STREAMS = { OUTPUT_STREAM_STDOUT: 'stdout', OUTPUT_STREAM_STDERR: 'stderr'
  * @typedef {{type: 'begin', argv: string[], cwd: string}
  *   | {type: 'delta', seq: number, stream: 'stdout'|'stderr', data: Buffer}
  *   | {type: 'end', result: ShellResult}} ShellEvent
- * @typedef {{callId: string, output: string, success: boolean}} InvokeResult
+ * @typedef {{callId: string, output: string, success: boolean, contentItems?: object[]}} InvokeResult
+ *   `contentItems`: only when the output is content items (view_image's image).
  */
+
+/**
+ * The largest message either side of a call may carry (64 MiB): gRPC's default receive limit
+ * (4 MiB) is less than a big readFile answer or a full ReadProcess (up to 4 MiB of output plus
+ * framing). `channelOptions` may set other limits.
+ */
+export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 /** The environment variable naming the daemon's socket (any address form). */
 export const SOCKET_ENV = 'CORRAL_SOCKET';
@@ -142,30 +152,10 @@ function enumValue(table, value, prefix, what) {
   throw new TypeError(`unknown ${what}: ${value} (expected one of ${Object.keys(table).join(', ')})`);
 }
 
-function callOptions(opts) {
-  const out = {};
-  if (opts?.deadlineMs) out.deadline = new Date(Date.now() + opts.deadlineMs);
-  return out;
-}
-
-function unary(stub, method, request, opts = {}) {
-  return new Promise((resolvePromise, reject) => {
-    if (opts.signal?.aborted) {
-      reject(new CorralError('call aborted', { code: 'CANCELLED', grpcCode: grpc.status.CANCELLED }));
-      return;
-    }
-    const onAbort = () => call.cancel();
-    const call = stub[method](request, new grpc.Metadata(), callOptions(opts), (err, res) => {
-      opts.signal?.removeEventListener('abort', onAbort);
-      if (err) reject(fromGrpcError(err));
-      else resolvePromise(res);
-    });
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-function dropUndefined(obj) {
-  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined));
+function optionalBool(value, what) {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'boolean') throw new TypeError(`${what} must be a boolean, not ${value}`);
+  return value;
 }
 
 function shellRequest(sessionId, command, opts = {}) {
@@ -192,14 +182,19 @@ export class Client {
    * @param {{tls?: boolean | {rootCerts?: Buffer, privateKey?: Buffer, certChain?: Buffer, serverName?: string},
    *   credentials?: grpc.ChannelCredentials, channelOptions?: object, deadlineMs?: number}} [options]
    *   `tls`: use TLS for a TCP address (`true` for the system roots); `credentials` overrides it;
-   *   `deadlineMs`: default per-call deadline.
+   *   `deadlineMs`: default per-call deadline. Messages of up to MAX_MESSAGE_BYTES (64 MiB) are
+   *   sent and received unless `channelOptions` says otherwise.
    */
   constructor(address = defaultTarget(), options = {}) {
     const { target, unix } = parseTarget(address);
     // Never talk to an impostor (the same rule as the corral CLI).
     if (unix) checkSocket(target.replace(/^unix:(\/\/)?/, ''));
     let credentials = options.credentials;
-    const channelOptions = { ...(options.channelOptions ?? {}) };
+    const channelOptions = {
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      ...(options.channelOptions ?? {}),
+    };
     if (!credentials) {
       if (options.tls && !unix) {
         const tls = options.tls === true ? {} : options.tls;
@@ -216,6 +211,7 @@ export class Client {
     const shared = { ...channelOptions, channelOverride: this._sessions.getChannel() };
     this._tools = new pkg.Tools(target, credentials, shared);
     this._bridge = new pkg.Bridge(target, credentials, shared);
+    this._processes = new pkg.Processes(target, credentials, shared);
   }
 
   _opts(opts) {
@@ -242,8 +238,14 @@ export class Client {
   /**
    * Opens a session.
    * @param {{cwd?: string, mode?: SandboxMode, writableRoots?: string[], networkAccess?: boolean,
-   *   excludeTmpdirEnvVar?: boolean, excludeSlashTmp?: boolean, env?: Record<string, string>}} [settings]
+   *   excludeTmpdirEnvVar?: boolean, excludeSlashTmp?: boolean, env?: Record<string, string>,
+   *   profile?: string, shellTool?: 'unified_exec'|'shell_command'|'shell'|'none',
+   *   applyPatchTool?: 'freeform'|'function'|'none', updatePlan?: boolean, viewImage?: boolean,
+   *   noImageInput?: boolean}} [settings]
    *   `cwd` defaults to process.cwd(), `mode` to `workspace-write`; the environment is empty unless given.
+   *   The tool set: `shellTool` (default unified exec, as in Codex), `applyPatchTool` (default
+   *   freeform), `updatePlan`/`viewImage` (default offered; `false` leaves them out);
+   *   `noImageInput`: the model takes no images (view_image answers Codex's refusal).
    * @param {CallOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -256,9 +258,13 @@ export class Client {
       excludeTmpdirEnvVar: settings.excludeTmpdirEnvVar,
       excludeSlashTmp: settings.excludeSlashTmp,
       env: settings.env,
+      profile: settings.profile || undefined,
       // The session's tool set (unified exec by default, as in Codex); tools() lists exactly it.
       shellTool: enumValue(SHELL_TOOLS, settings.shellTool, 'SHELL_TOOL_', 'shell tool'),
       applyPatchTool: enumValue(APPLY_PATCH_TOOLS, settings.applyPatchTool, 'APPLY_PATCH_TOOL_', 'apply_patch tool'),
+      updatePlan: optionalBool(settings.updatePlan, 'updatePlan'),
+      viewImage: optionalBool(settings.viewImage, 'viewImage'),
+      noImageInput: optionalBool(settings.noImageInput, 'noImageInput'),
     });
     const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
     return new Session(this, res.sessionId, {
@@ -314,6 +320,7 @@ export class Client {
   close() {
     this._tools.close();
     this._bridge.close();
+    this._processes.close();
     this._sessions.close();
   }
 
@@ -326,7 +333,7 @@ export class Client {
   }
 }
 
-/** An open session: every tool call runs in its cwd and sandbox. */
+/** An open session: every tool call runs in its cwd and sandbox; `processes` are its long-lived processes. */
 export class Session {
   /**
    * @param {Client} client
@@ -339,6 +346,8 @@ export class Session {
     this.writableRoots = info.writableRoots ?? [];
     this.skippedWritableRoots = info.skippedWritableRoots ?? [];
     this.closed = false;
+    /** The session's long-lived processes. */
+    this.processes = new Processes(this);
   }
 
   /**

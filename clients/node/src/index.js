@@ -1,5 +1,6 @@
 // @corral/client: a thin Node.js client for corral.
-export { Client, Session, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
+export { Client, Session, MAX_MESSAGE_BYTES, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
+export { Processes, Process, Follower } from './processes.js';
 export { ResponsesAdapter, ChatCompletionsAdapter } from './adapters.js';
 export {
   CorralError,

@@ -43,8 +43,9 @@ export function protoDir() {
 let cached;
 
 /**
- * The loaded `corral.v1` package: service constructors (Sessions, Tools, Bridge).
- * @returns {{Sessions: typeof grpc.Client, Tools: typeof grpc.Client, Bridge: typeof grpc.Client}}
+ * The loaded `corral.v1` package: service constructors (Sessions, Tools, Bridge, Processes).
+ * @returns {{Sessions: typeof grpc.Client, Tools: typeof grpc.Client, Bridge: typeof grpc.Client,
+ *   Processes: typeof grpc.Client}}
  */
 export function corralPackage() {
   if (!cached) {

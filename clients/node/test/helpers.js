@@ -29,14 +29,14 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
  * Starts a daemon. Its state directory and the workspaces are siblings under the temp dir; sessions
  * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state.
  */
-export async function startDaemon({ tcpPort } = {}) {
+export async function startDaemon({ tcpPort, extraArgs = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'corral-node-daemon-'));
   const socket = join(dir, 'corral.sock');
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');
   const listen = tcpPort ? `tcp:127.0.0.1:${tcpPort}` : `unix:${socket}`;
   // Plain TCP carries no caller identity; the daemon serves it only when told so explicitly.
-  const args = ['serve', '--listen', listen, ...(tcpPort ? ['--insecure-loopback-tcp'] : [])];
+  const args = ['serve', '--listen', listen, ...(tcpPort ? ['--insecure-loopback-tcp'] : []), ...extraArgs];
   const proc = spawn(corralBin(), args, { stdio: ['ignore', 'ignore', log] });
   closeSync(log);
   const reap = () => proc.kill('SIGKILL');

@@ -33,3 +33,19 @@ test('the README example works', async () => {
   assert.ok(stdout.startsWith('L1: {\nL2:   "name": "demo",\nL3:   "version": "1.0.0"\n'), stdout);
   assert.match(stdout, new RegExp(`^\\d+ Absolute path: ${ws}/\\.\\nindex\\.js\\npackage\\.json$`, 'm'));
 });
+
+test("the README's processes example works", async () => {
+  const readme = readFileSync(join(h.PACKAGE_ROOT, 'README.md'), 'utf8');
+  const code = readme.split('## Processes')[1].match(/```js\n([\s\S]*?)```/)[1];
+  const file = join(h.PACKAGE_ROOT, 'test', `.readme-processes-${process.pid}.mjs`);
+  writeFileSync(file, code);
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [file], {
+      cwd: ws,
+      env: { ...process.env, CORRAL_SOCKET: `unix:${daemon.socket}` },
+    });
+    assert.equal(stdout, 'hello corral\n0 13\n');
+  } finally {
+    rmSync(file, { force: true });
+  }
+});

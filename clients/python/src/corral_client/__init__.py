@@ -5,6 +5,8 @@
     with Client("unix:/run/corral/corral.sock") as client:
         with client.open_session("/path/to/repo", "workspace-write", env={"PATH": "/usr/bin:/bin"}) as s:
             print(s.read_file("README.md", limit=5).text)
+            for chunk in s.processes.start(["make", "test"]).follow():  # a long-lived process
+                print(chunk.data.decode(), end="")
             adapter = ResponsesAdapter(s)   # tools() for the request, handle(item) for each call
 
 The protobuf messages are in ``corral_client.pb`` (``corral.v1``).
@@ -31,7 +33,7 @@ except ImportError as _e:  # stubs not generated: a source checkout, not an inst
 
 else:
     from .adapters import ChatCompletionsAdapter, ResponsesAdapter
-    from .client import Client, Session, ShellStream, check_socket, default_target
+    from .client import MAX_MESSAGE_BYTES, Client, Session, ShellStream, check_socket, default_target
     from .errors import (
         Aborted,
         AlreadyExists,
@@ -52,24 +54,43 @@ else:
         Unimplemented,
         Unknown,
     )
+    from .processes import (
+        Cursor,
+        Follow,
+        OutputChunk,
+        Process,
+        Processes,
+        ProcessInfo,
+        ProcessState,
+        ReadResult,
+    )
 
 __all__ = [
+    "MAX_MESSAGE_BYTES",
     "Aborted",
     "AlreadyExists",
     "Cancelled",
     "ChatCompletionsAdapter",
     "Client",
+    "Cursor",
     "check_socket",
     "CorralError",
     "DataLoss",
     "DeadlineExceeded",
     "FailedPrecondition",
     "FieldViolation",
+    "Follow",
     "Internal",
     "InvalidArgument",
     "NotFound",
     "OutOfRange",
+    "OutputChunk",
     "PermissionDenied",
+    "Process",
+    "ProcessInfo",
+    "ProcessState",
+    "Processes",
+    "ReadResult",
     "ResourceExhausted",
     "ResponsesAdapter",
     "Session",

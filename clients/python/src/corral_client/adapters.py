@@ -45,12 +45,30 @@ def _content_items(resp: Any) -> list[dict[str, Any]]:
     return items
 
 
+def _chat_content(resp: Any) -> str | list[dict[str, Any]]:
+    """A tool message's content: the output text, or, when the output is content items
+    (view_image's image), Chat Completions content parts, as Codex sends them (an image as
+    ``{"type": "image_url", "image_url": {"url": …}}``; Chat Completions has no ``original``
+    detail, so none is sent)."""
+    parts: list[dict[str, Any]] = []
+    for item in getattr(resp, "content_items", ()):
+        kind = item.WhichOneof("item")
+        if kind == "input_text":
+            parts.append({"type": "text", "text": item.input_text})
+        elif kind == "input_image":
+            parts.append({"type": "image_url", "image_url": {"url": item.input_image.image_url}})
+    return parts or resp.output
+
+
 class ResponsesAdapter:
     """Tools and tool-call handling for the OpenAI Responses API.
 
     ``tools()`` is the request's ``tools`` list (function tools plus the freeform ``apply_patch``);
     ``handle(item)`` runs a ``function_call`` or ``custom_tool_call`` output item and returns the
-    ``function_call_output`` / ``custom_tool_call_output`` input item for the next request.
+    ``function_call_output`` / ``custom_tool_call_output`` input item for the next request. Every
+    tool of the session's set goes the same way (``exec_command``/``write_stdin``, ``update_plan``,
+    …); an output made of content items (view_image's image) is sent as that array of
+    ``input_image``/``input_text`` items.
     """
 
     TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
@@ -88,7 +106,9 @@ class ChatCompletionsAdapter:
 
     ``tools()`` is the request's ``tools`` list (function tools; ``apply_patch`` in its JSON form);
     ``handle(tool_call)`` runs one entry of an assistant message's ``tool_calls`` and returns the
-    ``{"role": "tool", ...}`` message that answers it.
+    ``{"role": "tool", ...}`` message that answers it. Its ``content`` is the output text, or for
+    an output made of content items (view_image's image) the content parts Codex sends
+    (``{"type": "image_url", "image_url": {"url": "data:…"}}``).
     """
 
     def __init__(self, session: Session, *, exclude: Sequence[str] = ()):
@@ -111,7 +131,7 @@ class ChatCompletionsAdapter:
             resp = self.session.invoke(name, _get(custom, "input") or "", call_id=call_id, freeform=True)
         else:
             raise ValueError(f"unsupported tool call type {kind!r}")
-        return {"role": "tool", "tool_call_id": call_id, "content": resp.output}
+        return {"role": "tool", "tool_call_id": call_id, "content": _chat_content(resp)}
 
     def handle_message(self, message: Any) -> list[dict[str, Any]]:
         """The tool messages answering every tool call of an assistant message (none: ``[]``)."""

@@ -14,8 +14,9 @@ import grpc
 from ._proto import corral_pb2 as pb
 from ._proto import corral_pb2_grpc as pb_grpc
 from .errors import CorralError, PermissionDenied, from_rpc_error
+from .processes import Processes
 
-__all__ = ["Client", "Session", "ShellStream", "check_socket", "default_target", "pb"]
+__all__ = ["MAX_MESSAGE_BYTES", "Client", "Session", "ShellStream", "check_socket", "default_target", "pb"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -32,6 +33,10 @@ _FORMATS = {
 }
 _READ_MODES = {"slice": pb.READ_MODE_SLICE, "indentation": pb.READ_MODE_INDENTATION}
 
+
+# The largest message either side of a call may carry: gRPC's default receive limit (4 MiB) is
+# less than a big read_file answer or a full ReadProcess (up to 4 MiB of output plus framing).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 SOCKET_ENV = "CORRAL_SOCKET"
 SYSTEM_SOCKET = "/run/corral/corral.sock"
@@ -160,6 +165,8 @@ class Client:
 
     ``timeout`` is the default deadline in seconds of every unary call (None: no deadline).
     ``metadata`` is sent with every call (e.g. an authorization header of a proxy in front).
+    Messages of up to 64 MiB (:data:`MAX_MESSAGE_BYTES`) are sent and received, instead of gRPC's
+    default 4 MiB receive limit; ``options`` (gRPC channel options) may set other limits.
 
     Use it as a context manager, or call :meth:`close`.
     """
@@ -183,6 +190,9 @@ class Client:
             # Never talk to an impostor (the same rule as the corral CLI).
             check_socket(self.target[len("unix:") :])
         opts = list(options or [])
+        for key in ("grpc.max_receive_message_length", "grpc.max_send_message_length"):
+            if not any(k == key for k, _ in opts):
+                opts.append((key, MAX_MESSAGE_BYTES))
         if is_unix and not any(k == "grpc.default_authority" for k, _ in opts):
             # gRPC C-core sends the socket path as :authority, which daemons older than the
             # patched h2 (vendor/h2) reset as malformed (RST_STREAM, PROTOCOL_ERROR); "localhost"
@@ -205,6 +215,7 @@ class Client:
         self._sessions = pb_grpc.SessionsStub(self._channel)
         self._tools = pb_grpc.ToolsStub(self._channel)
         self._bridge = pb_grpc.BridgeStub(self._channel)
+        self._processes = pb_grpc.ProcessesStub(self._channel)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -278,6 +289,9 @@ class Client:
         profile: str | None = None,
         shell_tool: str | int | None = None,
         apply_patch_tool: str | int | None = None,
+        update_plan: bool | None = None,
+        view_image: bool | None = None,
+        no_image_input: bool = False,
         timeout: float | None = None,
     ) -> Session:
         """Opens a session; use it as a context manager so it is closed on exit.
@@ -288,7 +302,9 @@ class Client:
         (and ``HOME``) for shell commands. ``shell_tool`` picks the session's shell tool
         (``"unified_exec"`` — the default, as in Codex —, ``"shell_command"``, ``"shell"`` or
         ``"none"``) and ``apply_patch_tool`` its apply_patch form (``"freeform"``, ``"function"``,
-        ``"none"``); ``tools()`` then lists exactly that set.
+        ``"none"``); ``update_plan`` and ``view_image`` (default: offered, as in Codex) switch those
+        tools off with ``False``; ``tools()`` then lists exactly that set. ``no_image_input`` says
+        the model takes no images: view_image then answers Codex's refusal.
         """
         req = pb.OpenSessionRequest(
             cwd=os.path.abspath(os.fspath(cwd)),
@@ -305,8 +321,19 @@ class Client:
             req.shell_tool = _enum(pb.ShellTool, "SHELL_TOOL_", shell_tool)
         if apply_patch_tool is not None:
             req.apply_patch_tool = _enum(pb.ApplyPatchTool, "APPLY_PATCH_TOOL_", apply_patch_tool)
+        if update_plan is not None:
+            req.update_plan = update_plan
+        if view_image is not None:
+            req.view_image = view_image
+        if no_image_input:
+            req.no_image_input = True
         resp = self._call(self._sessions.OpenSession, req, timeout)
         return Session(self, resp)
+
+    def session(self, session_id: str) -> Session:
+        """A handle on a session opened earlier (by this or another client): nothing is sent, an
+        unknown id fails on the first call (NotFound). Leaving its ``with`` block closes it."""
+        return Session(self, pb.OpenSessionResponse(session_id=session_id))
 
     def close_session(self, session_id: str, *, timeout: float | None = None) -> None:
         """Closes a session; NOT_FOUND if it is unknown, closed or expired."""
@@ -523,7 +550,7 @@ class Client:
 
 
 class Session:
-    """An open session: the typed RPCs and the bridge, bound to its id.
+    """An open session: the typed RPCs, the bridge and its processes, bound to its id.
 
     A context manager: leaving the ``with`` block closes the session.
     """
@@ -534,6 +561,8 @@ class Session:
         self.writable_roots: list[str] = list(response.writable_roots)
         self.skipped_writable_roots: list[str] = list(response.skipped_writable_roots)
         self.closed = False
+        #: The session's long-lived processes (:class:`~corral_client.processes.Processes`).
+        self.processes = Processes(self)
 
     def __repr__(self) -> str:
         return f"Session(id={self.id!r}, closed={self.closed})"

@@ -1,0 +1,33 @@
+// Internal plumbing shared by the client modules: unary calls with deadlines, abort signals and
+// typed errors.
+import * as grpc from '@grpc/grpc-js';
+import { CorralError, fromGrpcError } from './errors.js';
+
+/** grpc-js call options from `{deadlineMs}`. */
+export function callOptions(opts) {
+  const out = {};
+  if (opts?.deadlineMs) out.deadline = new Date(Date.now() + opts.deadlineMs);
+  return out;
+}
+
+/** One unary call; rejects with a CorralError (a subclass per status code). */
+export function unary(stub, method, request, opts = {}) {
+  return new Promise((resolvePromise, reject) => {
+    if (opts.signal?.aborted) {
+      reject(new CorralError('call aborted', { code: 'CANCELLED', grpcCode: grpc.status.CANCELLED }));
+      return;
+    }
+    const onAbort = () => call.cancel();
+    const call = stub[method](request, new grpc.Metadata(), callOptions(opts), (err, res) => {
+      opts.signal?.removeEventListener('abort', onAbort);
+      if (err) reject(fromGrpcError(err));
+      else resolvePromise(res);
+    });
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** The object without its undefined values (proto-loader would send them as defaults). */
+export function dropUndefined(obj) {
+  return Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== undefined));
+}
