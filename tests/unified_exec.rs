@@ -354,3 +354,49 @@ async fn sixty_five_processes_evict_the_oldest() {
         .await
     );
 }
+
+/// Codex's `background_terminal_max_timeout` as a session option: an empty poll that asks for a
+/// minute waits only the session's ceiling; a ceiling over an hour is refused, naming the field.
+#[tokio::test]
+async fn the_empty_poll_ceiling_is_a_session_option() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let req = |ms: u64| api::OpenSessionRequest {
+        cwd: cwd.path().to_string_lossy().into_owned(),
+        mode: SandboxMode::ReadOnly as i32,
+        background_terminal_max_timeout_ms: ms,
+        ..Default::default()
+    };
+    let e = d.try_open_with(req(3_600_001)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("background_terminal_max_timeout_ms"),
+        "{}",
+        e.message()
+    );
+    let s = d.open_with(req(6_000)).await;
+    let (out, ok) = d
+        .invoke(
+            &s,
+            "exec_command",
+            &args(serde_json::json!({"cmd": "sleep 60", "yield_time_ms": 250})),
+        )
+        .await;
+    assert!(ok, "{out}");
+    let id = session_id_of(&out).expect("kept");
+    let t = Instant::now();
+    let (out, ok) = d
+        .invoke(
+            &s,
+            "write_stdin",
+            &args(serde_json::json!({"session_id": id, "chars": "", "yield_time_ms": 60_000})),
+        )
+        .await;
+    let waited = t.elapsed();
+    assert!(ok, "{out}");
+    assert!(
+        waited >= Duration::from_millis(5_900) && waited < Duration::from_secs(15),
+        "waited {waited:?}"
+    );
+    assert_eq!(session_id_of(&out), Some(id));
+}

@@ -167,6 +167,7 @@ impl Executor {
             live_policy: Default::default(),
             refreshing: Default::default(),
             tools: Default::default(),
+            background_terminal_max_timeout_ms: 0,
             processes: Default::default(),
             held_policies: Default::default(),
         };
@@ -468,5 +469,6 @@ pub fn context_of(session: &Session) -> CallContext {
         timeout_ceiling_ms: session.timeout_ceiling_ms(),
         session_id: session.id.clone(),
         new_process_id: 0,
+        background_terminal_max_timeout_ms: session.background_terminal_max_timeout_ms,
     }
 }

@@ -41,6 +41,8 @@ pub struct Session {
     pub closed: tokio_util::sync::CancellationToken,
     /// The tools the session offers (ListTools lists exactly these; Invoke refuses others).
     pub tools: crate::bridge::ToolSet,
+    /// The ceiling of an empty write_stdin poll (ms); 0: Codex's default.
+    pub background_terminal_max_timeout_ms: u64,
     /// Where its long-lived processes live (see `processes.rs`).
     pub processes: crate::daemon::processes::ProcessHomes,
     /// Workers the session left (its protection changed) but still holds, because processes
@@ -74,6 +76,9 @@ pub struct FieldError {
 }
 
 /// Checks an OpenSession request and turns it into a session (without an id yet).
+/// The largest `background_terminal_max_timeout_ms` a session may ask for: one hour.
+const MAX_BACKGROUND_TERMINAL_TIMEOUT_MS: u64 = 3_600_000;
+
 pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
     let err = |field: &str, message: String| FieldError {
         field: field.to_string(),
@@ -125,6 +130,16 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         writable_roots.push(PathBuf::from(root));
     }
     let tools = tool_set(req).map_err(|(field, message)| err(field, message))?;
+    if req.background_terminal_max_timeout_ms > MAX_BACKGROUND_TERMINAL_TIMEOUT_MS {
+        return Err(err(
+            "background_terminal_max_timeout_ms",
+            format!(
+                "background_terminal_max_timeout_ms is {}; at most {MAX_BACKGROUND_TERMINAL_TIMEOUT_MS} \
+                 (one hour), or 0 for Codex's default",
+                req.background_terminal_max_timeout_ms
+            ),
+        ));
+    }
     Ok(Session {
         id: String::new(),
         cwd,
@@ -148,6 +163,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         escalated_policy: Default::default(),
         closed: Default::default(),
         tools,
+        background_terminal_max_timeout_ms: req.background_terminal_max_timeout_ms,
         processes: Default::default(),
         held_policies: Default::default(),
     })

@@ -49,6 +49,8 @@ pub struct ToolContext {
     pub patch: crate::tools::apply_patch::PatchContext,
     /// The id a process this call starts gets (drawn by the daemon); `None`: draw one.
     pub new_process_id: Option<i32>,
+    /// The ceiling of an empty write_stdin poll (ms): the session's, or Codex's default.
+    pub background_terminal_max_timeout_ms: u64,
 }
 
 impl ToolContext {

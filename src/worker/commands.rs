@@ -214,5 +214,7 @@ pub fn test_context(cwd: &std::path::Path) -> crate::tools::ToolContext {
             protected_paths: Vec::new(),
         },
         new_process_id: None,
+        background_terminal_max_timeout_ms:
+            crate::tools::unified_exec::DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS,
     }
 }

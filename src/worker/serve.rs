@@ -214,6 +214,10 @@ impl WorkerState {
             cancel,
             runner: self.runner.clone(),
             new_process_id: call.map(|c| c.new_process_id).filter(|id| *id != 0),
+            background_terminal_max_timeout_ms: call
+                .map(|c| c.background_terminal_max_timeout_ms)
+                .filter(|ms| *ms > 0)
+                .unwrap_or(crate::tools::unified_exec::DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS),
         }
     }
 }

@@ -436,7 +436,7 @@ pub fn write_stdin(ctx: &ToolContext, args: &WriteStdinArgs) -> Result<CallResul
     let wait = clamp_write_yield(
         args.yield_time_ms,
         args.chars.is_empty(),
-        DEFAULT_MAX_BACKGROUND_TERMINAL_TIMEOUT_MS,
+        ctx.background_terminal_max_timeout_ms,
     );
     let start = Instant::now();
     let mut collected = CaptureBuffer::new(CaptureLimits::WITH_TEXT);
