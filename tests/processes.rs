@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Daemon, host_sh, outside, scratch};
+use common::{Daemon, eventually, host_pids, outside, scratch};
 use corral::api::{self, SandboxMode, start_process_request::Command};
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -121,22 +121,6 @@ async fn list(d: &Daemon, session: &str) -> Vec<api::ProcessInfo> {
         .expect("list")
         .into_inner()
         .processes
-}
-
-fn host_pids(pattern: &str) -> Vec<String> {
-    let (_, out) = host_sh(&format!("pgrep -f '{pattern}' || true"));
-    out.split_whitespace().map(String::from).collect()
-}
-
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
 }
 
 /// Pipes: stdin is written and closed, the output read to its end, the exit code kept, and the

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Daemon, host_sh, scratch};
+use common::{Daemon, eventually, host_pids, scratch};
 use corral::api::{self, SandboxMode};
 use std::time::{Duration, Instant};
 
@@ -31,29 +31,6 @@ async fn close(d: &Daemon, session: &str) {
         })
         .await
         .expect("close_session");
-}
-
-/// Pids of host processes whose command line matches `pattern` (write one letter as `[x]`, or
-/// the shell running pgrep matches too).
-fn host_pids(pattern: &str) -> Vec<String> {
-    let (_, out) = host_sh(&format!("pgrep -f '{pattern}' || true"));
-    out.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-/// Waits up to `limit` for `cond`.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cond()
 }
 
 /// §7.6 tests 1 and 7: a short command's whole text, and the environment overrides.

@@ -12,10 +12,6 @@ use crate::sandbox::policy::SandboxPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Process ids are drawn from `[MIN_ID, MAX_ID)`, as Codex's are.
-const MIN_ID: i32 = 1_000;
-const MAX_ID: i32 = 100_000;
-
 /// The worker a process lives in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Home {
@@ -52,16 +48,7 @@ impl ProcessHomes {
     pub fn draw_id(&self) -> i32 {
         let kept = self.lock();
         loop {
-            let mut b = [0u8; 4];
-            // Ids need to be unique, not secret: a failing entropy source falls back to the clock.
-            if getrandom::fill(&mut b).is_err() {
-                b = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos())
-                    .unwrap_or(0)
-                    .to_le_bytes();
-            }
-            let id = MIN_ID + (u32::from_le_bytes(b) % (MAX_ID - MIN_ID) as u32) as i32;
+            let id = crate::tools::unified_exec::table::random_id();
             if !kept.contains_key(&id) {
                 return id;
             }
@@ -151,7 +138,7 @@ mod tests {
     fn records_routes_and_forgets() {
         let h = ProcessHomes::default();
         let id = h.draw_id();
-        assert!((MIN_ID..MAX_ID).contains(&id));
+        assert!((1_000..100_000).contains(&id));
         h.record(&home(true), &[id], &[], None);
         assert_eq!(h.home_of(id), Some(home(true)));
         assert!(h.is_escalated(id));
@@ -165,9 +152,9 @@ mod tests {
     #[test]
     fn drawn_ids_avoid_kept_ones() {
         let h = ProcessHomes::default();
-        let kept: Vec<i32> = (MIN_ID..MAX_ID - 1).collect();
+        let kept: Vec<i32> = (1_000..99_999).collect();
         h.record(&home(false), &kept, &[], None);
-        // Only MAX_ID - 1 is free.
-        assert_eq!(h.draw_id(), MAX_ID - 1);
+        // Only 99 999 is free.
+        assert_eq!(h.draw_id(), 99_999);
     }
 }

@@ -686,3 +686,26 @@ pub fn client_binary() -> &'static Path {
     });
     path
 }
+
+/// Pids of host processes whose command line matches `pattern` (write one letter as `[x]`, or
+/// the shell running pgrep matches too).
+pub fn host_pids(pattern: &str) -> Vec<String> {
+    let (_, out) = host_sh(&format!("pgrep -f '{pattern}' || true"));
+    out.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Waits up to `limit` for `cond`.
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cond()
+}

@@ -213,7 +213,8 @@ pub fn pick_eviction(meta: &[(i32, Instant, bool)]) -> Option<i32> {
         .map(|(id, _, _)| *id)
 }
 
-fn random_id() -> i32 {
+/// A random id in Codex's range (the daemon draws a session's ids with it too).
+pub fn random_id() -> i32 {
     let mut b = [0u8; 4];
     if getrandom::fill(&mut b).is_err() {
         // No entropy source: fall back to the clock (ids need only be unique, not secret).
