@@ -5,6 +5,7 @@
 //! same shape (one file per tool): parse arguments → validate → act → format.
 
 pub mod apply_patch;
+pub mod command_safety;
 mod context;
 pub mod grep_files;
 pub mod list_dir;
