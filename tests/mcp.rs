@@ -285,9 +285,32 @@ async fn read_only_by_default_refuses_writes() {
     assert!(text.contains("rc=1"), "{text}");
     assert!(!cwd.path().join("nope.txt").exists());
     assert!(!cwd.path().join("nope2.txt").exists());
-    // Reading is allowed.
+    // Reading is allowed; view_image answers with an MCP image item, not the text fallback.
     let (text, is_error) = mcp.call("list_dir", json!({"dir_path": "."})).await;
     assert!(!is_error, "{text}");
+    let img = image::RgbaImage::from_pixel(4, 3, image::Rgba([200, 30, 60, 255]));
+    let mut png = std::io::Cursor::new(Vec::new());
+    image::DynamicImage::ImageRgba8(img)
+        .write_to(&mut png, image::ImageFormat::Png)
+        .unwrap();
+    std::fs::write(cwd.path().join("shot.png"), png.get_ref()).unwrap();
+    let answer = mcp
+        .request(
+            "tools/call",
+            json!({"name": "view_image", "arguments": {"path": "shot.png"}}),
+        )
+        .await;
+    let result = mcp.result(answer);
+    use base64::Engine;
+    assert_eq!(
+        result["content"],
+        json!([{
+            "type": "image",
+            "mimeType": "image/png",
+            "data": base64::engine::general_purpose::STANDARD.encode(png.get_ref()),
+        }]),
+        "{result}"
+    );
     assert!(mcp.finish().await.success());
 }
 
@@ -407,5 +430,57 @@ async fn session_stays_alive_while_connected() {
         .await
         .unwrap_err();
     assert_eq!(expired.code(), tonic::Code::NotFound);
+    assert!(mcp.finish().await.success());
+}
+
+/// A request the client cancels (notifications/cancelled) drops its gRPC call: the daemon kills
+/// the command, and no answer is sent for it.
+#[tokio::test]
+async fn a_cancelled_call_kills_its_command() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let s = d
+        .open_with(api::OpenSessionRequest {
+            cwd: cwd.path().to_string_lossy().into_owned(),
+            mode: SandboxMode::ReadOnly as i32,
+            env: common::session_env(cwd.path()),
+            shell_tool: api::ShellTool::Shell as i32,
+            ..Default::default()
+        })
+        .await;
+    let (mut mcp, _) = Mcp::start(&d, &["--session", &s]).await;
+    let id = mcp.next_id;
+    mcp.next_id += 1;
+    mcp.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "shell", "arguments": {"command": ["sleep", "4242.31"], "timeout_ms": 120_000}}}))
+        .await;
+    let pattern = "[s]leep 4242.31";
+    assert!(
+        eventually(Duration::from_secs(10), || host_pids(pattern).len() == 1).await,
+        "the command started"
+    );
+    mcp.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": id, "reason": "test"}}),
+    )
+    .await;
+    // Well inside the command's own timeout: only the cancellation can have ended it.
+    assert!(
+        eventually(Duration::from_secs(20), || host_pids(pattern).is_empty()).await,
+        "the cancelled command still runs"
+    );
+    // The next answer is the next request's: nothing came for the cancelled one (request()
+    // skips only messages with other ids, so look at what arrives first).
+    let next = mcp.next_id;
+    mcp.send(json!({"jsonrpc": "2.0", "id": next, "method": "ping"}))
+        .await;
+    mcp.next_id += 1;
+    let line = tokio::time::timeout(ANSWER, mcp.stdout.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let first: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(first["id"], json!(next), "{first}");
     assert!(mcp.finish().await.success());
 }
