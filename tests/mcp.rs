@@ -1,5 +1,6 @@
-//! `corral mcp` against a real daemon: the MCP front is a child process with stdio pipes, and
-//! the test speaks MCP's JSON-RPC to it line by line, as an MCP client does.
+//! `corral mcp` against a real daemon: the MCP front is a child process with stdio pipes (or a
+//! socket pair, as Node-based MCP hosts give), and the test speaks MCP's JSON-RPC to it line by
+//! line, as an MCP client does.
 
 mod common;
 
@@ -9,8 +10,8 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, Command};
 
 /// Longest wait for one MCP answer (a debug build on a busy machine).
 const ANSWER: Duration = Duration::from_secs(30);
@@ -18,8 +19,8 @@ const ANSWER: Duration = Duration::from_secs(30);
 /// A running `corral mcp` and the client end of its stdio.
 struct Mcp {
     child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdin: Option<Box<dyn AsyncWrite + Unpin + Send>>,
+    stdout: Lines<BufReader<Box<dyn AsyncRead + Unpin + Send>>>,
     stderr: PathBuf,
     _logs: tempfile::TempDir,
     next_id: u64,
@@ -29,20 +30,50 @@ impl Mcp {
     /// Starts `corral --socket SOCKET mcp ARGS...` and completes the MCP handshake; returns the
     /// front and the `initialize` result.
     async fn start(d: &Daemon, args: &[&str]) -> (Mcp, Value) {
+        Self::start_over(d, args, false).await
+    }
+
+    /// [`Mcp::start`] with stdin and stdout on one end of a socket pair when `socket`.
+    async fn start_over(d: &Daemon, args: &[&str], socket: bool) -> (Mcp, Value) {
         let logs = tempfile::tempdir().unwrap();
         let stderr = logs.path().join("mcp.stderr");
-        let mut child = Command::new(common::CORRAL)
+        let mut command = Command::new(common::CORRAL);
+        command
             .args(["--socket", d.target(), "mcp"])
             .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn corral mcp");
+            .kill_on_drop(true);
+        type Ends = (
+            Box<dyn AsyncWrite + Unpin + Send>,
+            Box<dyn AsyncRead + Unpin + Send>,
+        );
+        let (child, (stdin, stdout)): (Child, Ends) = if socket {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            command
+                .stdin(Stdio::from(std::os::fd::OwnedFd::from(
+                    theirs.try_clone().unwrap(),
+                )))
+                .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+            let child = command.spawn().expect("spawn corral mcp");
+            ours.set_nonblocking(true).unwrap();
+            // Dropping the write half shuts the socket down for writing: the front sees EOF.
+            let (read, write) = tokio::net::UnixStream::from_std(ours).unwrap().into_split();
+            (child, (Box::new(write), Box::new(read)))
+        } else {
+            let mut child = command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn corral mcp");
+            let ends: Ends = (
+                Box::new(child.stdin.take().unwrap()),
+                Box::new(child.stdout.take().unwrap()),
+            );
+            (child, ends)
+        };
         let mut mcp = Mcp {
-            stdin: child.stdin.take(),
-            stdout: BufReader::new(child.stdout.take().unwrap()).lines(),
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout).lines(),
             child,
             stderr,
             _logs: logs,
@@ -315,13 +346,19 @@ async fn read_only_by_default_refuses_writes() {
 }
 
 /// The session `corral mcp` opened dies with it (its processes are killed) when the client
-/// closes stdin, and also on SIGTERM.
+/// closes stdin, and also on SIGTERM — with stdio on pipes or on a socket (where the front's
+/// pending read of stdin cannot be cancelled, so it must not wait for it to exit).
 #[tokio::test]
 async fn owned_session_closes_on_eof_and_on_sigterm() {
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
-    for (marker, by_signal) in [("4242.171", false), ("4242.172", true)] {
-        let (mut mcp, _) = Mcp::start(&d, &["--cwd", path_arg(cwd.path())]).await;
+    for (marker, by_signal, socket) in [
+        ("4242.171", false, false),
+        ("4242.172", true, false),
+        ("4242.173", false, true),
+        ("4242.174", true, true),
+    ] {
+        let (mut mcp, _) = Mcp::start_over(&d, &["--cwd", path_arg(cwd.path())], socket).await;
         let (text, is_error) = mcp
             .call(
                 "exec_command",
@@ -348,7 +385,7 @@ async fn owned_session_closes_on_eof_and_on_sigterm() {
         assert!(status.success(), "{status:?}");
         assert!(
             eventually(Duration::from_secs(10), || host_pids(&pattern).is_empty()).await,
-            "the session's process outlived corral mcp (by_signal: {by_signal})"
+            "the session's process outlived corral mcp (by_signal: {by_signal}, socket: {socket})"
         );
     }
 }
