@@ -32,7 +32,8 @@ fi
 # corral-client: a venv under target/pyvenv, the client installed from clients/python (building it
 # generates the gRPC stubs from proto/ with grpcio-tools, fetched from PyPI), pytest, the standard
 # grpcio health and reflection clients (tests/test_stock_grpcio.py calls the daemon as any grpcio
-# user would), then its tests (they start their own daemons from $CORRAL_BIN).
+# user would), the official MCP SDK (tests/test_mcp_front.py drives `corral mcp` with it; it needs
+# Python 3.10+), then its tests (they start their own daemons from $CORRAL_BIN).
 PYVENV="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv"
 PYTHON="${PYTHON:-python3}"
 python_venv_ok() { [ -x "$PYVENV/bin/python" ] && "$PYVENV/bin/python" -m pip --version >/dev/null 2>&1; }
@@ -53,7 +54,8 @@ if ! python_venv_ok; then
 fi
 "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
-  "$ROOT/clients/python" "pytest>=7" grpcio-health-checking grpcio-reflection
+  "$ROOT/clients/python" "pytest>=7" grpcio-health-checking grpcio-reflection \
+  "mcp>=2,<3; python_version >= '3.10'"
 (
   cd "$ROOT/clients/python"
   "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider

@@ -56,6 +56,9 @@ fn main() -> std::process::ExitCode {
                 }
             };
             let code = rt.block_on(client::run(common, cmd));
+            // Do not wait for blocking-pool work: `corral mcp` stopped by a signal may still have
+            // a read of its stdin (a terminal or socket) pending there, which never returns.
+            rt.shutdown_background();
             std::process::ExitCode::from(code as u8)
         }
     }

@@ -115,6 +115,9 @@ pub enum ClientCommand {
         #[command(flatten)]
         session: SessionOpts,
     },
+    /// Serve a session's tools to an MCP client on stdin/stdout (register this command as an
+    /// MCP server).
+    Mcp(super::mcp::McpArgs),
 }
 
 /// Runs a client command; returns the process exit status.
@@ -151,7 +154,7 @@ async fn layer_problems(channel: Channel) -> Vec<String> {
         .collect()
 }
 
-fn status_text(s: tonic::Status) -> String {
+pub(super) fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
@@ -227,28 +230,9 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             network,
             env,
         } => {
-            let cwd = absolute(cwd)?;
-            let mut vars = std::collections::HashMap::new();
-            for kv in env {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| format!("--env {kv}: expected NAME=VALUE"))?;
-                vars.insert(k.to_string(), v.to_string());
-            }
+            let request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
             let resp = SessionsClient::new(channel)
-                .open_session(api::OpenSessionRequest {
-                    cwd: cwd.to_string_lossy().into_owned(),
-                    mode: mode_of(mode) as i32,
-                    writable_roots: writable_roots
-                        .iter()
-                        .map(|p| {
-                            absolute(Some(p.clone())).map(|p| p.to_string_lossy().into_owned())
-                        })
-                        .collect::<Result<_, _>>()?,
-                    network_access: network,
-                    env: vars,
-                    ..Default::default()
-                })
+                .open_session(request)
                 .await
                 .map_err(status_text)?
                 .into_inner();
@@ -397,6 +381,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             }
             Ok(if resp.success { 0 } else { 1 })
         }
+        ClientCommand::Mcp(args) => super::mcp::serve(channel, args).await,
     }
 }
 
@@ -426,6 +411,35 @@ async fn open(channel: &Channel, opts: &SessionOpts) -> Result<(String, bool), S
         .map_err(status_text)?
         .into_inner();
     Ok((resp.session_id, true))
+}
+
+/// The OpenSession request of `open-session`'s (and `mcp`'s) flags.
+pub(super) fn open_session_request(
+    cwd: Option<PathBuf>,
+    mode: ModeArg,
+    writable_roots: &[PathBuf],
+    network: bool,
+    env: &[String],
+) -> Result<api::OpenSessionRequest, String> {
+    let cwd = absolute(cwd)?;
+    let mut vars = std::collections::HashMap::new();
+    for kv in env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--env {kv}: expected NAME=VALUE"))?;
+        vars.insert(k.to_string(), v.to_string());
+    }
+    Ok(api::OpenSessionRequest {
+        cwd: cwd.to_string_lossy().into_owned(),
+        mode: mode_of(mode) as i32,
+        writable_roots: writable_roots
+            .iter()
+            .map(|p| absolute(Some(p.clone())).map(|p| p.to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?,
+        network_access: network,
+        env: vars,
+        ..Default::default()
+    })
 }
 
 /// `dir` made absolute, or the current directory.

@@ -1,7 +1,9 @@
-//! The thin CLI client: `corral read-file`, `list-dir`, `tools`, `invoke`, `health`.
+//! The thin CLI client: `corral read-file`, `list-dir`, `tools`, `invoke`, `health`, and the
+//! MCP front, `corral mcp`.
 
 mod cli;
 mod connect;
+mod mcp;
 
 pub use cli::{ClientCommand, Common, run};
 pub use connect::connect;
