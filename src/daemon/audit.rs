@@ -221,6 +221,7 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::Credit(_) => ("credit".into(), Vec::new()),
         Call::CloseSession(_) => ("close_session".into(), Vec::new()),
         Call::Process(p) => describe_process(p),
+        Call::PromptContext(_) => ("get_prompt_context".into(), Vec::new()),
     }
 }
 
@@ -313,6 +314,7 @@ pub fn call_len(call: &Call) -> usize {
         Call::Shell(r) => r.encoded_len(),
         Call::Invoke(r) => r.encoded_len(),
         Call::Process(p) => p.encoded_len(),
+        Call::PromptContext(r) => r.encoded_len(),
         Call::Cancel(_) | Call::Credit(_) | Call::CloseSession(_) => 0,
     }
 }
@@ -326,6 +328,7 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
         Reply::Shell(r) => r.encoded_len(),
         Reply::Invoke(r) => r.encoded_len(),
         Reply::Process(r) => r.encoded_len(),
+        Reply::PromptContext(r) => r.encoded_len(),
         _ => 0,
     };
     match reply {

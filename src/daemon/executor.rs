@@ -168,6 +168,7 @@ impl Executor {
             refreshing: Default::default(),
             tools: Default::default(),
             background_terminal_max_timeout_ms: 0,
+            project_doc_max_bytes: 0,
             processes: Default::default(),
             held_policies: Default::default(),
         };

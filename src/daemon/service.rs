@@ -900,6 +900,45 @@ impl Bridge for CorralService {
             other => Err(status::unexpected_reply(other)),
         }
     }
+
+    async fn get_prompt_context(
+        &self,
+        request: Request<api::GetPromptContextRequest>,
+    ) -> Result<Response<api::GetPromptContextResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        // The session's own budget unless the call overrides it; an unknown session is
+        // answered NOT_FOUND by the pipeline below (audited like every call).
+        let session_budget = self
+            .sessions
+            .get(&req.session_id)
+            .filter(|s| s.owner_uid == caller.uid)
+            .map_or(
+                crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
+                |s| s.project_doc_max_bytes,
+            );
+        let budget = sessions::project_doc_budget(
+            "project_doc_max_bytes",
+            req.project_doc_max_bytes,
+            session_budget,
+        )
+        .map_err(|(field, message)| invalid_field(field, &message))?;
+        // The date and zone are the host's (the daemon's), like Codex's local clock; the docs
+        // are read by the session's worker, as the caller.
+        let (current_date, timezone) = crate::tools::prompt_context::host_time_context();
+        let call = Call::PromptContext(crate::wire::PromptContextCall {
+            current_date,
+            timezone,
+            project_doc_max_bytes: budget,
+        });
+        match self
+            .run(caller, &req.session_id, call, false, Refusal::Status)
+            .await?
+        {
+            Reply::PromptContext(r) => Ok(Response::new(r)),
+            other => Err(status::unexpected_reply(other)),
+        }
+    }
 }
 
 impl CorralService {

@@ -43,6 +43,8 @@ pub struct Session {
     pub tools: crate::bridge::ToolSet,
     /// The ceiling of an empty write_stdin poll (ms); 0: Codex's default.
     pub background_terminal_max_timeout_ms: u64,
+    /// GetPromptContext's project-doc byte budget (0: no docs).
+    pub project_doc_max_bytes: u64,
     /// Where its long-lived processes live (see `processes.rs`).
     pub processes: crate::daemon::processes::ProcessHomes,
     /// Workers the session left (its protection changed) but still holds, because processes
@@ -140,6 +142,12 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
             ),
         ));
     }
+    let project_doc_max_bytes = project_doc_budget(
+        "project_doc_max_bytes",
+        req.project_doc_max_bytes,
+        crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
+    )
+    .map_err(|(field, message)| err(field, message))?;
     Ok(Session {
         id: String::new(),
         cwd,
@@ -164,9 +172,31 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         closed: Default::default(),
         tools,
         background_terminal_max_timeout_ms: req.background_terminal_max_timeout_ms,
+        project_doc_max_bytes,
         processes: Default::default(),
         held_policies: Default::default(),
     })
+}
+
+/// A project-doc byte budget (OpenSession's, or GetPromptContext's override): unset is
+/// `default`; at most `MAX_PROJECT_DOC_MAX_BYTES`.
+pub fn project_doc_budget(
+    field: &'static str,
+    asked: Option<u64>,
+    default: u64,
+) -> Result<u64, (&'static str, String)> {
+    use crate::tools::prompt_context::MAX_PROJECT_DOC_MAX_BYTES;
+    match asked {
+        None => Ok(default),
+        Some(n) if n <= MAX_PROJECT_DOC_MAX_BYTES => Ok(n),
+        Some(n) => Err((
+            field,
+            format!(
+                "{field} is {n}; at most {MAX_PROJECT_DOC_MAX_BYTES} (1 MiB), 0 for no project \
+                 docs, or unset for Codex's default (32768)"
+            ),
+        )),
+    }
 }
 
 /// The session's tool set from OpenSession's options; unspecified options take Codex's defaults.
@@ -359,6 +389,24 @@ mod tests {
         r.writable_roots = vec!["/tmp".into(), "rel".into()];
         assert_eq!(validate(&r).unwrap_err().field, "writable_roots[1]");
         assert_eq!(validate(&request("/", ro)).unwrap().mode, Mode::ReadOnly);
+    }
+
+    #[test]
+    fn project_doc_budget_defaults_and_bounds() {
+        let ro = api::SandboxMode::ReadOnly;
+        assert_eq!(
+            validate(&request("/", ro)).unwrap().project_doc_max_bytes,
+            32 * 1024
+        );
+        let mut r = request("/", ro);
+        for ok in [0, 1, 1024 * 1024] {
+            r.project_doc_max_bytes = Some(ok);
+            assert_eq!(validate(&r).unwrap().project_doc_max_bytes, ok);
+        }
+        r.project_doc_max_bytes = Some(1024 * 1024 + 1);
+        let e = validate(&r).unwrap_err();
+        assert_eq!(e.field, "project_doc_max_bytes");
+        assert!(e.message.contains("at most 1048576"), "{}", e.message);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod command_safety;
 mod context;
 pub mod grep_files;
 pub mod list_dir;
+pub mod prompt_context;
 pub mod read_file;
 pub mod shell;
 pub mod unified_exec;

@@ -85,9 +85,43 @@ pub fn execute(
                 .unwrap_or(u32::MAX),
         )),
         Call::Process(p) => process_call(ctx, p).map(Reply::Process),
+        Call::PromptContext(req) => Ok(Reply::PromptContext(prompt_context_call(ctx, &req))),
         Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))
+}
+
+/// GetPromptContext: the project docs are read here, in the sandbox, as the caller.
+fn prompt_context_call(
+    ctx: &ToolContext,
+    req: &crate::wire::PromptContextCall,
+) -> api::GetPromptContextResponse {
+    let c = crate::tools::prompt_context::prompt_context(
+        &ctx.cwd,
+        &ctx.shell,
+        &req.current_date,
+        &req.timezone,
+        req.project_doc_max_bytes,
+    );
+    api::GetPromptContextResponse {
+        responses_input_json: c.responses_input_json(),
+        chat_messages_json: c.chat_messages_json(),
+        cwd: c.cwd,
+        shell: c.shell,
+        current_date: c.current_date,
+        timezone: c.timezone,
+        environment_context: c.environment_context,
+        project_docs: c
+            .project_docs
+            .into_iter()
+            .map(|d| api::ProjectDoc {
+                path: d.path.to_string_lossy().into_owned(),
+                bytes_used: d.bytes_used,
+                truncated: d.truncated,
+            })
+            .collect(),
+        user_instructions: c.user_instructions.unwrap_or_default(),
+    }
 }
 
 /// A typed process call (the Processes service).

@@ -238,6 +238,7 @@ fn bounded(result: worker_reply::Result) -> worker_reply::Result {
         worker_reply::Result::Shell(r) => r.encoded_len(),
         worker_reply::Result::Invoke(r) => r.encoded_len(),
         worker_reply::Result::Process(r) => r.encoded_len(),
+        worker_reply::Result::PromptContext(r) => r.encoded_len(),
         _ => 0,
     };
     if len <= MAX_RESPONSE_BYTES {
