@@ -386,7 +386,7 @@ mod tests {
             call_id: "c".into(),
             output: "hello".into(),
             success: true,
-            content_items: Vec::new(),
+            ..Default::default()
         });
         let v = serde_json::to_value(&ok).unwrap();
         assert_eq!(

@@ -42,13 +42,34 @@ pub struct Record<'a> {
     pub targets: Vec<String>,
     pub mode: &'a str,
     pub escalated: bool,
-    /// `ok`, `failed` (the tool reported failure), `denied` (sandbox denial), `timed_out`, or
-    /// the gRPC code of an error (`NOT_FOUND`, `PERMISSION_DENIED`, …).
+    /// `ok`, `failed` (the tool reported failure), `denied` (sandbox denial), `timed_out`,
+    /// `refused` (an escalation policy refused, answered to the model), the approval flow's
+    /// `approval_requested`, `rejected` (the user denied) and `expired` (nobody answered in
+    /// time), or the gRPC code of an error (`NOT_FOUND`, `PERMISSION_DENIED`, …).
     pub outcome: String,
     pub exit_code: Option<i32>,
     pub duration_ms: u128,
     pub bytes_in: usize,
     pub bytes_out: usize,
+    /// The approval the line is about (spec/sandbox.md §5.2), on lines of calls that asked or
+    /// were decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<&'a str>,
+    /// The question: `before_run`, `retry_unsandboxed` or `escalate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_kind: Option<&'a str>,
+    /// The answer: `approved`, `approved_for_session`, `denied`, or `expired` (no answer in
+    /// time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<&'a str>,
+}
+
+/// What an audit line says about an approval.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalNote {
+    pub id: String,
+    pub kind: &'static str,
+    pub decision: Option<&'static str>,
 }
 
 fn open(path: &PathBuf) -> Result<File, String> {
@@ -132,6 +153,46 @@ impl Audit {
             duration_ms: done.duration.as_millis(),
             bytes_in: done.bytes_in,
             bytes_out: done.outcome.bytes_out,
+            approval_id: done.approval.map(|a| a.id.as_str()),
+            approval_kind: done.approval.map(|a| a.kind),
+            decision: done.approval.and_then(|a| a.decision),
+        });
+    }
+}
+
+impl Audit {
+    /// A decision that matched no waiting call (unknown, decided or expired approval): the
+    /// line names the approval, the decision attempted and the refusal's code.
+    pub fn unmatched_decision(
+        &self,
+        caller: Caller,
+        credential: Option<String>,
+        session: &str,
+        approval_id: &str,
+        decision: &str,
+        code: tonic::Code,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        self.write(&Record {
+            time: rfc3339(SystemTime::now()),
+            uid: caller.uid,
+            pid: caller.pid,
+            credential,
+            session,
+            tool: "decide_approval",
+            targets: Vec::new(),
+            mode: "",
+            escalated: false,
+            outcome: code_name(code),
+            exit_code: None,
+            duration_ms: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            approval_id: Some(approval_id),
+            approval_kind: None,
+            decision: Some(decision),
         });
     }
 }
@@ -149,6 +210,7 @@ pub struct Finished<'a> {
     pub outcome: &'a Outcome,
     pub duration: Duration,
     pub bytes_in: usize,
+    pub approval: Option<&'a ApprovalNote>,
 }
 
 /// How a call ended, for the audit line and the metrics.
@@ -186,8 +248,14 @@ impl Outcome {
 
     /// A model's escalation request refused by policy: the refusal text went back as output.
     pub fn refused(bytes_out: usize) -> Outcome {
+        Self::named("refused", bytes_out)
+    }
+
+    /// An outcome of the approval flow: `approval_requested` (the call waits for a decision),
+    /// `rejected` (denied, or expired: the model got the rejection text), `expired`.
+    pub fn named(name: &str, bytes_out: usize) -> Outcome {
         Outcome {
-            name: "refused".into(),
+            name: name.into(),
             exit_code: None,
             bytes_out,
         }
@@ -354,7 +422,7 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` from the system clock (civil-from-days, UTC).
-fn rfc3339(t: SystemTime) -> String {
+pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));

@@ -171,6 +171,7 @@ impl Executor {
             project_doc_max_bytes: 0,
             processes: Default::default(),
             held_policies: Default::default(),
+            approvals: Default::default(),
         };
         let policy = self
             .policy_for(&session)
@@ -335,8 +336,25 @@ impl Executor {
         escalated: bool,
         slot: Option<Slot>,
     ) -> Result<Reply, Status> {
+        self.call_reporting_denial(session, call, escalated, slot)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// [`Executor::call`], and whether a command the call ran looked denied by the sandbox
+    /// (what the approval policies act on, spec/sandbox.md §5.2).
+    pub async fn call_reporting_denial(
+        &self,
+        session: &Session,
+        call: Call,
+        escalated: bool,
+        slot: Option<Slot>,
+    ) -> Result<(Reply, bool), Status> {
         if is_process_list(&call) {
-            return self.list_processes(session, call).await;
+            return self
+                .list_processes(session, call)
+                .await
+                .map(|reply| (reply, false));
         }
         let home = named_process(&call).and_then(|id| session.processes.home_of(id));
         let mut context = context_of(session);
@@ -370,15 +388,17 @@ impl Executor {
                     "the session was closed while the call was running; the call was cancelled",
                 )),
             };
-            let result = result.map(|(reply, kept, ended)| {
-                session.processes.record(&home, &kept, &ended, slot.take());
-                reply
+            let result = result.map(|t| {
+                session
+                    .processes
+                    .record(&home, &t.kept, &t.ended, slot.take());
+                (t.reply, t.sandbox_denied)
             });
             match (result, seen) {
-                (Ok(Reply::Stale(what)), Some(seen)) if attempt == 0 && !escalated => {
+                (Ok((Reply::Stale(what), _)), Some(seen)) if attempt == 0 && !escalated => {
                     self.refresh(session, &seen, &what).await?;
                 }
-                (Ok(Reply::Stale(what)), _) => {
+                (Ok((Reply::Stale(what), _)), _) => {
                     return Err(crate::daemon::status::protection_unsettled(&what));
                 }
                 (other, _) => return other,

@@ -1,6 +1,7 @@
 //! The daemon: gRPC services, sessions, configuration, and where calls are executed.
 //! It authenticates and routes; it never touches user files itself.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod commands;

@@ -273,28 +273,28 @@ impl Worker {
 
     /// Runs a unary call to completion.
     pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
-        self.call_tracked(context, call)
-            .await
-            .map(|(reply, _, _)| reply)
+        self.call_tracked(context, call).await.map(|t| t.reply)
     }
 
     /// Runs a unary call to completion; with the processes the worker started and stopped
-    /// keeping for the call's session.
-    pub async fn call_tracked(
-        &self,
-        context: CallContext,
-        call: Call,
-    ) -> Result<(Reply, Vec<i32>, Vec<i32>), Status> {
+    /// keeping for the call's session, and whether a command it ran was denied by the sandbox.
+    pub async fn call_tracked(&self, context: CallContext, call: Call) -> Result<Tracked, Status> {
         let (mut handle, mut rx) = self.start(context, call, false).await?;
         match rx.recv().await {
             Some(WorkerReply {
-                result: Some(result),
+                result: Some(reply),
                 kept_processes,
                 ended_processes,
+                sandbox_denied,
                 ..
             }) => {
                 handle.done();
-                Ok((result, kept_processes, ended_processes))
+                Ok(Tracked {
+                    reply,
+                    kept: kept_processes,
+                    ended: ended_processes,
+                    sandbox_denied,
+                })
             }
             Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
             None => {
@@ -303,6 +303,17 @@ impl Worker {
             }
         }
     }
+}
+
+/// A unary call's final reply and what the worker reported with it.
+pub struct Tracked {
+    pub reply: Reply,
+    /// The session's processes the worker started keeping, and stopped keeping.
+    pub kept: Vec<i32>,
+    pub ended: Vec<i32>,
+    /// A command the call ran looked denied by the sandbox (model calls only; the typed Shell
+    /// reply says it itself).
+    pub sandbox_denied: bool,
 }
 
 /// An in-flight call: dropping it before the call finished tells the worker to cancel it (kill

@@ -8,7 +8,8 @@ use crate::api::{
     tools_server::Tools,
 };
 use crate::bridge::{self, ToolFormat};
-use crate::daemon::audit::{self, Audit, Finished, Outcome};
+use crate::daemon::approvals::{self, AfterDenial, Command, Gate, Kind, Policy};
+use crate::daemon::audit::{self, ApprovalNote, Audit, Finished, Outcome};
 use crate::daemon::commands::Slot;
 use crate::daemon::executor::Executor;
 use crate::daemon::identity::{Authenticator, Caller, RootCallers, worker_identity};
@@ -71,6 +72,18 @@ enum Refused {
     Status(Status),
     /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
     Answered(Box<Reply>),
+    /// Not refused but held: the session's approval policy needs the user's decision first.
+    Ask {
+        session: Arc<Session>,
+        kind: Kind,
+        command: Command,
+    },
+}
+
+/// A parked call being run after the user approved it (the decision is on its audit line).
+struct Resume {
+    kind: Kind,
+    note: ApprovalNote,
 }
 
 /// A model's call refused with a text for the model (`success: false`).
@@ -94,6 +107,8 @@ struct Trace {
     started: Instant,
     mode: String,
     escalated: bool,
+    /// The approval this call asked for, or was approved by.
+    approval: Option<ApprovalNote>,
     _in_flight: CallGuard,
 }
 
@@ -104,6 +119,8 @@ struct Admitted {
     session: Arc<Session>,
     escalated: bool,
     slot: Option<Slot>,
+    /// The command, when the session's approval policy governs the call.
+    command: Option<Command>,
 }
 
 impl CorralService {
@@ -130,6 +147,7 @@ impl CorralService {
             started: Instant::now(),
             mode: String::new(),
             escalated: false,
+            approval: None,
         }
     }
 
@@ -138,12 +156,17 @@ impl CorralService {
     /// rule); a model's call (Invoke: shell, container.exec, shell_command) is clamped to the
     /// ceiling in the worker, which gets it with every call (`CallContext`), as does a typed
     /// call that names no timeout.
+    ///
+    /// The approval policy (spec/sandbox.md §5.2) is applied here too: a command call may be
+    /// held for the user's decision (`Refused::Ask`), before it takes a running-command slot.
+    /// `resume` is the question a parked call's approval answered.
     fn admit(
         &self,
         trace: &mut Trace,
         call: &Call,
         asks_escalation: bool,
         refusal: Refusal,
+        resume: Option<Kind>,
     ) -> Result<Admitted, Refused> {
         let session = self
             .session(&trace.session_id, trace.caller)
@@ -156,22 +179,55 @@ impl CorralService {
         {
             return Err(answered(r, output));
         }
-        let escalated = if asks_escalation {
-            if !self.may_escalate(trace.caller) {
+        let policy = session.approvals.policy;
+        // Only a governed call needs its command (and the shell lookup behind it).
+        let command = (policy != Policy::Unset)
+            .then(|| approvals::command_of(call, &session.cwd, &approvals::shell_of(&session)))
+            .flatten();
+        let may_escalate = |wanted: bool| wanted && self.may_escalate(trace.caller);
+        let gate = match (resume, &command) {
+            // Approved: the operator's leave is checked again (the policy may have changed
+            // while the question waited).
+            (Some(kind), _) if kind.unsandboxed() => match may_escalate(true) {
+                true => Gate::Run { escalated: true },
+                false => Gate::Refuse(Policy::Never.codex_name()),
+            },
+            (Some(_), _) => Gate::Run { escalated: false },
+            (None, Some(c)) => approvals::before_run(
+                policy,
+                asks_escalation,
+                may_escalate(asks_escalation),
+                policy == Policy::Untrusted
+                    && crate::tools::command_safety::is_known_safe_command(&c.argv),
+                session.approvals.granted(c),
+            ),
+            // Not a command the policy governs: nothing to ask about.
+            (None, None) => match approvals::before_run(
+                policy,
+                asks_escalation,
+                may_escalate(asks_escalation),
+                true,
+                None,
+            ) {
+                Gate::Ask(_) => Gate::Run { escalated: false },
+                gate => gate,
+            },
+        };
+        let (escalated, ask) = match gate {
+            Gate::Run { escalated } => (escalated, None),
+            Gate::Ask(kind) => (false, Some(kind)),
+            Gate::Refuse(policy_name) => {
                 let text = match call {
                     Call::Invoke(r) if r.name == "exec_command" => {
-                        crate::tools::unified_exec::errors::escalation_refused("Never").message
+                        crate::tools::unified_exec::errors::escalation_refused(policy_name).message
                     }
-                    _ => crate::tools::shell::escalation_refused("Never").message,
+                    _ => crate::tools::shell::escalation_refused(policy_name).message,
                 };
                 return Err(match (refusal, call) {
                     (Refusal::ToModel, Call::Invoke(r)) => answered(r, text),
                     _ => Refused::Status(status::escalation_refused(text)),
                 });
             }
-            true
-        } else {
-            false
         };
         if let (Call::Shell(req), Some(rule)) = (call, &session.rule) {
             let ceiling = session.timeout_ceiling_ms();
@@ -180,6 +236,13 @@ impl CorralService {
                     t, ceiling, &rule.name,
                 )));
             }
+        }
+        if let (Some(kind), Some(command)) = (ask, command.clone()) {
+            return Err(Refused::Ask {
+                session,
+                kind,
+                command,
+            });
         }
         let is_shell = matches!(call, Call::Shell(_))
             || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name))
@@ -199,6 +262,7 @@ impl CorralService {
             session,
             escalated,
             slot,
+            command,
         })
     }
 
@@ -217,6 +281,7 @@ impl CorralService {
                 outcome,
                 duration: elapsed,
                 bytes_in: trace.bytes_in,
+                approval: trace.approval.as_ref(),
             });
         }
     }
@@ -233,7 +298,133 @@ impl CorralService {
                 self.finish(trace, &Outcome::refused(len));
                 Ok(*reply)
             }
+            // Callers hold the call for a decision (`stop`); one that does not cannot answer.
+            Refused::Ask { .. } => {
+                let s = Status::internal("a call that needs approval reached no approval flow");
+                self.finish(trace, &Outcome::code(s.code()));
+                Err(s)
+            }
         }
+    }
+
+    /// A call admit stopped: held for a decision, or refused.
+    fn stop(
+        &self,
+        trace: Trace,
+        call: Call,
+        asks_escalation: bool,
+        refused: Refused,
+    ) -> Result<Reply, Status> {
+        match refused {
+            Refused::Ask {
+                session,
+                kind,
+                command,
+            } => self.ask(
+                trace,
+                &session,
+                call,
+                asks_escalation,
+                (kind, command),
+                "",
+                None,
+            ),
+            other => self.refuse(trace, other),
+        }
+    }
+
+    /// Parks `call` for the user's decision and answers with the approval request; the call
+    /// runs only through DecideApproval. `exit_code`: of the sandboxed run a retry would
+    /// repeat.
+    #[allow(clippy::too_many_arguments)]
+    fn ask(
+        &self,
+        mut trace: Trace,
+        session: &Arc<Session>,
+        call: Call,
+        asks_escalation: bool,
+        (kind, command): (Kind, Command),
+        reason: &str,
+        exit_code: Option<i32>,
+    ) -> Result<Reply, Status> {
+        let fail = |trace: Trace, s: Status| {
+            self.finish(trace, &Outcome::code(s.code()));
+            Err(s)
+        };
+        let id = match approvals::new_id() {
+            Ok(id) => id,
+            Err(e) => {
+                return fail(
+                    trace,
+                    Status::internal(format!("cannot draw a random approval id: {e}")),
+                );
+            }
+        };
+        let timeout = session.approvals.timeout;
+        let request = api::ApprovalRequest {
+            approval_id: id.clone(),
+            command: command.argv.clone(),
+            cwd: command.cwd.clone(),
+            reason: reason.to_string(),
+            justification: command.justification.clone(),
+            kind: kind.api() as i32,
+            expires_at_unix_ms: approvals::unix_ms_after(timeout),
+            rejected_output: approvals::REJECTED_BY_USER.to_string(),
+            call_id: match &call {
+                Call::Invoke(r) => r.call_id.clone(),
+                _ => String::new(),
+            },
+        };
+        let Some(reply) = approval_reply(&call, request.clone()) else {
+            return fail(
+                trace,
+                Status::internal("this call cannot wait for an approval"),
+            );
+        };
+        let parked = approvals::Parked {
+            call,
+            kind,
+            asks_escalation,
+            command,
+            request,
+            caller: trace.caller,
+            expires: Instant::now() + timeout,
+        };
+        if let Err(limit) = session.approvals.park(&id, parked) {
+            return fail(trace, status::too_many_approvals(limit));
+        }
+        self.expire_later(session.clone(), id.clone(), timeout);
+        trace.approval = Some(ApprovalNote {
+            id,
+            kind: kind.audit_name(),
+            decision: None,
+        });
+        let mut outcome = Outcome::named("approval_requested", reply_len(&reply));
+        outcome.exit_code = exit_code;
+        self.finish(trace, &outcome);
+        Ok(reply)
+    }
+
+    /// Expires approval `id` when its deadline passes or its session ends, if nobody decided
+    /// it by then: one audit line says so.
+    fn expire_later(&self, session: Arc<Session>, id: String, timeout: Duration) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = session.closed.cancelled() => {}
+            }
+            if let Some(parked) = session.approvals.expire(&id) {
+                let mut trace = service.trace(parked.caller, &session.id, &parked.call);
+                trace.mode = session.mode.as_str().to_string();
+                trace.approval = Some(ApprovalNote {
+                    id,
+                    kind: parked.kind.audit_name(),
+                    decision: Some("expired"),
+                });
+                service.finish(trace, &Outcome::named("expired", 0));
+            }
+        });
     }
 
     /// The pipeline for a unary call (every typed RPC but ShellStream, and Invoke).
@@ -245,42 +436,127 @@ impl CorralService {
         asks_escalation: bool,
         refusal: Refusal,
     ) -> Result<Reply, Status> {
+        self.run_gated(caller, session_id, call, asks_escalation, refusal, None)
+            .await
+    }
+
+    /// [`CorralService::run`], for a new call or (`resume`) a parked one the user approved.
+    /// After a sandbox denial the approval policy may hold the call again, for a retry
+    /// without the sandbox.
+    async fn run_gated(
+        &self,
+        caller: Caller,
+        session_id: &str,
+        call: Call,
+        asks_escalation: bool,
+        refusal: Refusal,
+        resume: Option<Resume>,
+    ) -> Result<Reply, Status> {
         let mut trace = self.trace(caller, session_id, &call);
-        let admitted = match self.admit(&mut trace, &call, asks_escalation, refusal) {
+        let kind = resume.as_ref().map(|r| r.kind);
+        trace.approval = resume.map(|r| r.note);
+        let admitted = match self.admit(&mut trace, &call, asks_escalation, refusal, kind) {
             Ok(a) => a,
-            Err(refused) => return self.refuse(trace, refused),
+            Err(refused) => return self.stop(trace, call, asks_escalation, refused),
         };
+        let session = admitted.session.clone();
+        let escalated = admitted.escalated;
+        // Kept only when a denial could lead to a retry question.
+        let retry = (!escalated && session.approvals.policy.retries_after_denial())
+            .then(|| admitted.command.clone().map(|c| (call.clone(), c)))
+            .flatten();
         let result = self
             .executor
-            .call(&admitted.session, call, admitted.escalated, admitted.slot)
+            .call_reporting_denial(&admitted.session, call, escalated, admitted.slot)
             .await;
-        let result = match result {
-            Ok(Reply::Failure(f)) => Err(status::tool_failure(f)),
-            other => other,
+        let (result, denied) = match result {
+            Ok((Reply::Failure(f), _)) => (Err(status::tool_failure(f)), false),
+            Ok((Reply::Shell(mut r), _)) => {
+                r.escalated = escalated;
+                let denied = r.sandbox_denied;
+                (Ok(Reply::Shell(r)), denied)
+            }
+            Ok((reply, denied)) => (Ok(reply), denied),
+            Err(s) => (Err(s), false),
         };
-        self.finish(trace, &Outcome::of(&result));
+        let mut outcome = Outcome::of(&result);
+        if denied && outcome.name == "failed" {
+            outcome.name = "denied".into();
+        }
+        if let (true, Some((call, command))) = (denied, retry) {
+            let grant = session.approvals.granted(&command);
+            match approvals::after_denial(
+                session.approvals.policy,
+                self.may_escalate(caller),
+                grant,
+            ) {
+                AfterDenial::Stand => {}
+                AfterDenial::Ask => {
+                    return self.ask(
+                        trace,
+                        &session,
+                        call,
+                        asks_escalation,
+                        (Kind::RetryUnsandboxed, command),
+                        approvals::RETRY_REASON,
+                        outcome.exit_code,
+                    );
+                }
+                AfterDenial::Retry => {
+                    // `approved_for_session` covers it: the denial is audited, then the retry.
+                    self.finish(trace, &outcome);
+                    let resume = Resume {
+                        kind: Kind::RetryUnsandboxed,
+                        note: ApprovalNote {
+                            id: String::new(),
+                            kind: Kind::RetryUnsandboxed.audit_name(),
+                            decision: Some("approved_for_session"),
+                        },
+                    };
+                    return Box::pin(self.run_gated(
+                        caller,
+                        session_id,
+                        call,
+                        asks_escalation,
+                        refusal,
+                        Some(resume),
+                    ))
+                    .await;
+                }
+            }
+        }
+        self.finish(trace, &outcome);
         result
     }
 
     /// The pipeline for a streamed shell call: the same checks, then the command's events
     /// flow to the client under credit-based flow control (see [`CallStream`]).
+    ///
+    /// A command that needs the user's decision before it runs gets a stream of one event, the
+    /// approval request; DecideApproval then runs it as a unary Shell call.
     async fn run_stream(
         &self,
         caller: Caller,
         req: api::ShellRequest,
-    ) -> Result<CallStream, Status> {
+    ) -> Result<<CorralService as Tools>::ShellStreamStream, Status> {
         let asks_escalation = req.with_escalated_permissions;
         let session_id = req.session_id.clone();
         let call = Call::Shell(req);
         let mut trace = self.trace(caller, &session_id, &call);
-        let admitted = match self.admit(&mut trace, &call, asks_escalation, Refusal::Status) {
+        let admitted = match self.admit(&mut trace, &call, asks_escalation, Refusal::Status, None) {
             Ok(a) => a,
-            // Only Invoke answers a refusal to the model; a stream never gets here with a reply.
+            // Only Invoke answers a refusal to the model; a stream never gets here with a reply
+            // other than an approval request.
             Err(refused) => {
-                return Err(match self.refuse(trace, refused) {
-                    Ok(reply) => status::unexpected_reply(reply),
-                    Err(s) => s,
-                });
+                return match self.stop(trace, call, asks_escalation, refused)? {
+                    Reply::Shell(api::ShellResponse {
+                        approval: Some(request),
+                        ..
+                    }) => Ok(Box::pin(tokio_stream::once(Ok(api::ShellStreamEvent {
+                        event: Some(api::shell_stream_event::Event::Approval(request)),
+                    })))),
+                    reply => Err(status::unexpected_reply(reply)),
+                };
             }
         };
         let started = async {
@@ -351,7 +627,7 @@ impl CorralService {
             progress,
         };
         tokio::spawn(pump.run());
-        Ok(stream)
+        Ok(Box::pin(stream))
     }
 }
 
@@ -359,7 +635,32 @@ impl CorralService {
 fn reply_len(reply: &Reply) -> usize {
     match reply {
         Reply::Invoke(r) => r.encoded_len(),
+        Reply::Shell(r) => r.encoded_len(),
         _ => 0,
+    }
+}
+
+/// The answer of a call held for a decision: its own response type, carrying the request.
+fn approval_reply(call: &Call, request: api::ApprovalRequest) -> Option<Reply> {
+    match call {
+        Call::Invoke(r) => Some(Reply::Invoke(api::InvokeResponse {
+            call_id: r.call_id.clone(),
+            approval: Some(request),
+            ..Default::default()
+        })),
+        Call::Shell(_) => Some(Reply::Shell(api::ShellResponse {
+            approval: Some(request),
+            ..Default::default()
+        })),
+        Call::Process(crate::wire::ProcessCall {
+            op: Some(ProcessOp::Start(_)),
+        }) => Some(Reply::Process(crate::wire::ProcessReply {
+            op: Some(ProcessAnswer::Start(api::StartProcessResponse {
+                process_id: 0,
+                approval: Some(request),
+            })),
+        })),
+        _ => None,
     }
 }
 
@@ -771,10 +1072,8 @@ impl Tools for CorralService {
             .run(caller, &id, Call::Shell(req), escalate, Refusal::Status)
             .await?
         {
-            Reply::Shell(mut r) => {
-                r.escalated = escalate;
-                Ok(Response::new(r))
-            }
+            // The pipeline marks whether it ran escalated (a retry after a denial may).
+            Reply::Shell(r) => Ok(Response::new(r)),
             other => Err(status::unexpected_reply(other)),
         }
     }
@@ -788,7 +1087,7 @@ impl Tools for CorralService {
     ) -> Result<Response<Self::ShellStreamStream>, Status> {
         let caller = self.auth.caller_of(&request)?;
         let stream = self.run_stream(caller, request.into_inner()).await?;
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(stream))
     }
 }
 
@@ -938,6 +1237,132 @@ impl Bridge for CorralService {
             Reply::PromptContext(r) => Ok(Response::new(r)),
             other => Err(status::unexpected_reply(other)),
         }
+    }
+
+    async fn decide_approval(
+        &self,
+        request: Request<api::DecideApprovalRequest>,
+    ) -> Result<Response<api::DecideApprovalResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        if req.approval_id.is_empty() {
+            return Err(invalid_field(
+                "approval_id",
+                "approval_id is required: the ApprovalRequest's approval_id",
+            ));
+        }
+        let Some(decision) = approvals::Decision::from_api(req.decision) else {
+            return Err(invalid_field(
+                "decision",
+                "decision is required: APPROVAL_DECISION_APPROVED, \
+                 APPROVAL_DECISION_APPROVED_FOR_SESSION or APPROVAL_DECISION_DENIED",
+            ));
+        };
+        let session = self.session(&req.session_id, caller)?;
+        let unmatched = |s: Status| {
+            self.audit.unmatched_decision(
+                caller,
+                caller.credential.and_then(|i| self.auth.name(i)),
+                &session.id,
+                &req.approval_id,
+                decision.audit_name(),
+                s.code(),
+            );
+            crate::daemon::metrics::call(
+                "decide_approval",
+                &Outcome::code(s.code()).name,
+                Duration::ZERO,
+            );
+            s
+        };
+        // The user decides, never the model: a sandboxed process (a command the model runs)
+        // that reaches the socket cannot approve anything.
+        if crate::daemon::peer::is_sandboxed(caller.pid, caller.uid) {
+            return Err(unmatched(status::sandboxed_decider()));
+        }
+        let parked = session
+            .approvals
+            .take(&req.approval_id, decision, Instant::now())
+            .map_err(|why| unmatched(status::decision_refused(&req.approval_id, &why)))?;
+        let note = ApprovalNote {
+            id: req.approval_id.clone(),
+            kind: parked.kind.audit_name(),
+            decision: Some(decision.audit_name()),
+        };
+        // The decision's own audit line; an approved call then has its run's line too.
+        let mut trace = self.trace(caller, &session.id, &parked.call);
+        trace.mode = session.mode.as_str().to_string();
+        trace.approval = Some(note.clone());
+        let refusal = match parked.call {
+            Call::Invoke(_) => Refusal::ToModel,
+            _ => Refusal::Status,
+        };
+        if decision == approvals::Decision::Denied {
+            return match &parked.call {
+                Call::Invoke(r) => {
+                    let reply = api::InvokeResponse {
+                        call_id: r.call_id.clone(),
+                        output: approvals::REJECTED_BY_USER.to_string(),
+                        success: false,
+                        ..Default::default()
+                    };
+                    self.finish(trace, &Outcome::named("rejected", reply.encoded_len()));
+                    Ok(Response::new(api::DecideApprovalResponse {
+                        result: Some(api::decide_approval_response::Result::Invoke(reply)),
+                    }))
+                }
+                _ => {
+                    self.finish(trace, &Outcome::named("rejected", 0));
+                    Err(status::rejected_by_user())
+                }
+            };
+        }
+        self.finish(trace, &Outcome::named(decision.audit_name(), 0));
+        if decision == approvals::Decision::ApprovedForSession {
+            let grant = if parked.kind.unsandboxed() {
+                approvals::Grant::Unsandboxed
+            } else {
+                approvals::Grant::Sandboxed
+            };
+            session.approvals.grant(&parked.command, grant);
+        }
+        let resume = Resume {
+            kind: parked.kind,
+            note,
+        };
+        let reply = self
+            .run_gated(
+                caller,
+                &session.id,
+                parked.call,
+                parked.asks_escalation,
+                refusal,
+                Some(resume),
+            )
+            .await?;
+        use api::decide_approval_response::Result as Decided;
+        let result = match reply {
+            Reply::Invoke(r) => Decided::Invoke(r),
+            Reply::Shell(r) => Decided::Shell(r),
+            Reply::Process(crate::wire::ProcessReply {
+                op: Some(ProcessAnswer::Start(r)),
+            }) => Decided::StartProcess(r),
+            other => return Err(status::unexpected_reply(other)),
+        };
+        Ok(Response::new(api::DecideApprovalResponse {
+            result: Some(result),
+        }))
+    }
+
+    async fn classify_command(
+        &self,
+        request: Request<api::ClassifyCommandRequest>,
+    ) -> Result<Response<api::ClassifyCommandResponse>, Status> {
+        self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        Ok(Response::new(api::ClassifyCommandResponse {
+            known_safe: crate::tools::command_safety::is_known_safe_command(&req.command),
+        }))
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Session {
     /// Workers the session left (its protection changed) but still holds, because processes
     /// it started live there; released when it closes.
     pub held_policies: Arc<Mutex<Vec<SandboxPolicy>>>,
+    /// The approval policy and the calls waiting for a decision (spec/sandbox.md §5.2).
+    pub approvals: crate::daemon::approvals::SessionApprovals,
 }
 
 impl Session {
@@ -148,6 +150,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
     )
     .map_err(|(field, message)| err(field, message))?;
+    let (approval_policy, approval_timeout) =
+        crate::daemon::approvals::settings(req).map_err(|(field, message)| err(field, message))?;
     Ok(Session {
         id: String::new(),
         cwd,
@@ -175,6 +179,10 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         project_doc_max_bytes,
         processes: Default::default(),
         held_policies: Default::default(),
+        approvals: crate::daemon::approvals::SessionApprovals::new(
+            approval_policy,
+            approval_timeout,
+        ),
     })
 }
 

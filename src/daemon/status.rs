@@ -126,6 +126,51 @@ pub fn protection_unsettled(what: &str) -> Status {
     ))
 }
 
+/// A session has as many calls waiting for a decision as it may.
+pub fn too_many_approvals(limit: usize) -> Status {
+    Status::resource_exhausted(format!(
+        "this session already has {limit} calls waiting for an approval decision, the most it \
+         may; answer them with DecideApproval (or let them expire) first"
+    ))
+}
+
+/// Why a decision was not taken (nothing ran): unknown (or another identity's) approval,
+/// decided already, or expired.
+pub fn decision_refused(id: &str, why: &crate::daemon::approvals::Refusal) -> Status {
+    use crate::daemon::approvals::Refusal;
+    match why {
+        Refusal::NotFound => Status::not_found(format!(
+            "approval `{id}` not found in this session: it was never issued here, belongs to \
+             another session, or was settled long ago; nothing ran"
+        )),
+        Refusal::AlreadyDecided(d) => Status::failed_precondition(format!(
+            "approval `{id}` was already decided ({}); a decision is final and nothing ran again",
+            d.audit_name()
+        )),
+        Refusal::Expired(at) => Status::deadline_exceeded(format!(
+            "approval `{id}` expired at {} before a decision arrived; nothing ran. Give the \
+             model the request's rejected_output (`{}`)",
+            crate::daemon::audit::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at)
+            ),
+            crate::daemon::approvals::REJECTED_BY_USER
+        )),
+    }
+}
+
+/// The user denied a typed call (Shell, ShellStream, StartProcess): Codex's text.
+pub fn rejected_by_user() -> Status {
+    Status::permission_denied(crate::daemon::approvals::REJECTED_BY_USER)
+}
+
+/// A sandboxed process (a model's own command) tried to decide an approval.
+pub fn sandboxed_decider() -> Status {
+    Status::permission_denied(
+        "approval decisions must come from the user's client, not from a sandboxed process; \
+         nothing was decided",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

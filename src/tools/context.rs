@@ -23,6 +23,11 @@ pub trait CommandRunner: Send + Sync {
     ) -> Result<Option<Box<dyn crate::tools::unified_exec::ProcessGuard>>, ToolError> {
         Ok(None)
     }
+
+    /// A unified-exec process ended with `exit_code` while its exec_command call waited;
+    /// `denial_keyword`: its output had a sandbox-denial keyword. The worker records a likely
+    /// sandbox denial, which the daemon may offer to retry (spec/sandbox.md §5.2).
+    fn process_exited(&self, _exit_code: i32, _denial_keyword: bool) {}
 }
 
 /// The session facts a tool needs. The sandbox already confines the process; these fields let

@@ -9,7 +9,8 @@ use crate::tools::shell::{ExecOutcome, ExecRequest, OutputChunk};
 use crate::tools::unified_exec::ProcessGuard;
 use crate::tools::{CommandRunner, ToolError};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs commands inside the worker's sandbox.
 pub struct SandboxedRunner {
@@ -140,6 +141,58 @@ impl CommandRunner for SandboxedRunner {
         Ok(self
             .guard_call()?
             .map(|call| Box::new(LifeGuard(call)) as Box<dyn ProcessGuard>))
+    }
+}
+
+/// One call's view of the worker's runner: remembers whether a command the call ran looked
+/// denied by the sandbox, which the daemon needs to offer a retry without it
+/// (spec/sandbox.md §5.2) and the model-facing text does not say.
+pub struct DenialWitness {
+    runner: Arc<SandboxedRunner>,
+    denied: AtomicBool,
+}
+
+impl DenialWitness {
+    pub fn new(runner: Arc<SandboxedRunner>) -> Self {
+        Self {
+            runner,
+            denied: AtomicBool::new(false),
+        }
+    }
+
+    /// A command of this call was (likely) denied by the sandbox.
+    pub fn denied(&self) -> bool {
+        self.denied.load(Ordering::Relaxed)
+    }
+}
+
+impl CommandRunner for DenialWitness {
+    fn run(
+        &self,
+        req: &ExecRequest,
+        on_chunk: &mut dyn FnMut(OutputChunk),
+        cancel: &AtomicBool,
+    ) -> Result<ExecOutcome, ToolError> {
+        let report = self.runner.run_checked(req, on_chunk, cancel)?;
+        if self.runner.sandbox_denied(&report) {
+            self.denied.store(true, Ordering::Relaxed);
+        }
+        Ok(report.outcome)
+    }
+
+    fn guard_process(&self) -> Result<Option<Box<dyn ProcessGuard>>, ToolError> {
+        self.runner.guard_process()
+    }
+
+    fn process_exited(&self, exit_code: i32, denial_keyword: bool) {
+        if crate::tools::shell::denial::is_likely_sandbox_denied(
+            self.runner.sandboxed,
+            exit_code,
+            false,
+            denial_keyword,
+        ) {
+            self.denied.store(true, Ordering::Relaxed);
+        }
     }
 }
 

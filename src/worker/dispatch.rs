@@ -153,6 +153,7 @@ fn process_call(ctx: &ToolContext, call: ProcessCall) -> Result<ProcessReply, To
             };
             ProcessAnswer::Start(api::StartProcessResponse {
                 process_id: typed::start(ctx, &args)?,
+                approval: None,
             })
         }
         ProcessOp::Write(r) => {
@@ -273,6 +274,7 @@ fn guarded_invoke(
         output,
         success,
         content_items: items.into_iter().map(content_item).collect(),
+        approval: None,
     }))
 }
 
@@ -483,6 +485,7 @@ fn shell_response(
         text,
         success: outcome.success(),
         escalated: false,
+        approval: None,
     }
 }
 

@@ -422,7 +422,12 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.id, call_state.clone());
-        let ctx = state.context(req.context.as_ref(), cancel);
+        let mut ctx = state.context(req.context.as_ref(), cancel);
+        // The call's own view of the runner, to report a sandbox denial with the reply.
+        let witness = Arc::new(crate::worker::commands::DenialWitness::new(
+            state.runner.clone(),
+        ));
+        ctx.runner = witness.clone();
         let stream = req.stream;
         let state = state.clone();
         let call_writer = writer.clone();
@@ -466,6 +471,7 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 result: Some(result),
                 kept_processes,
                 ended_processes,
+                sandbox_denied: witness.denied(),
             };
             let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
             let _ = frame::write_blocking(&mut *w, &reply);

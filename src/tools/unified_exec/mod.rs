@@ -403,13 +403,18 @@ pub fn exec_command(ctx: &ToolContext, args: &ExecCommandArgs) -> Result<CallRes
         process.terminate();
         (None, process.status().exit)
     };
+    let captured = collected.finish();
+    if let Some(code) = exit_code {
+        ctx.runner
+            .process_exited(code, captured.has_denial_keyword());
+    }
     Ok(CallResult {
         output: ExecOutput {
             chunk_id: output::chunk_id(),
             wall_time,
             exit_code,
             session_id,
-            captured: collected.finish(),
+            captured,
             max_output_tokens: args.max_output_tokens,
         },
         warnings,
