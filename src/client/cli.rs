@@ -36,6 +36,9 @@ pub struct SessionOpts {
     /// Mode of the temporary session.
     #[arg(long, value_enum, default_value_t = ModeArg::ReadOnly)]
     pub mode: ModeArg,
+    /// Approval policy of the temporary session (default: none, nothing is asked).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub approval_policy: Option<super::approve::PolicyArg>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -78,6 +81,9 @@ pub enum ClientCommand {
         /// Environment for commands, NAME=VALUE (repeatable).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
+        /// When commands need your approval (default: none, nothing is asked).
+        #[arg(long, value_enum, value_name = "POLICY")]
+        approval_policy: Option<super::approve::PolicyArg>,
     },
     /// Close a session.
     CloseSession { id: String },
@@ -112,6 +118,10 @@ pub enum ClientCommand {
         /// The arguments are a freeform (custom tool) payload, not JSON.
         #[arg(long)]
         freeform: bool,
+        /// How approval requests are answered: asked on the terminal (without one: denied), or
+        /// decided in advance.
+        #[arg(long, value_enum, default_value_t, value_name = "ANSWER")]
+        approvals: super::approve::Answer,
         #[command(flatten)]
         session: SessionOpts,
     },
@@ -229,8 +239,12 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             writable_roots,
             network,
             env,
+            approval_policy,
         } => {
-            let request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
+            let mut request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
+            if let Some(p) = approval_policy {
+                request.approval_policy = p.api() as i32;
+            }
             let resp = SessionsClient::new(channel)
                 .open_session(request)
                 .await
@@ -356,6 +370,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             arguments,
             call_id,
             freeform,
+            approvals,
             session,
         } => {
             let (id, temporary) = open(&channel, &session).await?;
@@ -369,8 +384,15 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                     freeform,
                 })
                 .await;
+            // An approval request is answered (asked on the terminal) before the session goes.
+            let result = match result {
+                Ok(resp) => {
+                    super::approve::settle(&channel, &id, resp.into_inner(), approvals).await
+                }
+                Err(s) => Err(status_text(s)),
+            };
             close(&channel, &id, temporary).await;
-            let resp = result.map_err(status_text)?.into_inner();
+            let resp = result?;
             if common.json {
                 println!(
                     "{}",
@@ -405,6 +427,10 @@ async fn open(channel: &Channel, opts: &SessionOpts) -> Result<(String, bool), S
         .open_session(api::OpenSessionRequest {
             cwd: cwd.to_string_lossy().into_owned(),
             mode: mode as i32,
+            approval_policy: opts
+                .approval_policy
+                .map_or(api::ApprovalPolicy::Unspecified, |p| p.api())
+                as i32,
             ..Default::default()
         })
         .await

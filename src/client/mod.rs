@@ -1,6 +1,7 @@
 //! The thin CLI client: `corral read-file`, `list-dir`, `tools`, `invoke`, `health`, and the
 //! MCP front, `corral mcp`.
 
+mod approve;
 mod cli;
 mod connect;
 mod mcp;

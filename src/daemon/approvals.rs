@@ -491,6 +491,19 @@ impl SessionApprovals {
         }
     }
 
+    /// What [`SessionApprovals::take`] would refuse, without taking anything.
+    pub fn check(&self, id: &str, now: Instant) -> Result<(), Refusal> {
+        match self.state().slots.get(id) {
+            None => Err(Refusal::NotFound),
+            Some(Slot::Decided(d)) => Err(Refusal::AlreadyDecided(*d)),
+            Some(Slot::Expired(at)) => Err(Refusal::Expired(*at)),
+            Some(Slot::Pending(p)) if now >= p.expires => {
+                Err(Refusal::Expired(p.request.expires_at_unix_ms))
+            }
+            Some(Slot::Pending(_)) => Ok(()),
+        }
+    }
+
     /// The deadline of `id` passed (or its session closed): if it is still waiting, it expires
     /// now and is returned for the audit line.
     pub fn expire(&self, id: &str) -> Option<Box<Parked>> {
@@ -731,7 +744,14 @@ mod tests {
             a.take("nope", Decision::Approved, Instant::now()).err(),
             Some(Refusal::NotFound)
         );
+        assert_eq!(a.check("id", Instant::now()), Ok(()));
+        assert_eq!(a.check("nope", Instant::now()), Err(Refusal::NotFound));
+        assert_eq!(a.check("id", later), Err(Refusal::Expired(42)));
         assert!(a.take("id", Decision::Denied, Instant::now()).is_ok());
+        assert_eq!(
+            a.check("id", Instant::now()),
+            Err(Refusal::AlreadyDecided(Decision::Denied))
+        );
         assert_eq!(
             a.take("id", Decision::Approved, Instant::now()).err(),
             Some(Refusal::AlreadyDecided(Decision::Denied))

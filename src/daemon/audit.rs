@@ -153,7 +153,11 @@ impl Audit {
             duration_ms: done.duration.as_millis(),
             bytes_in: done.bytes_in,
             bytes_out: done.outcome.bytes_out,
-            approval_id: done.approval.map(|a| a.id.as_str()),
+            // A retry `approved_for_session` covered was never asked: it has no id.
+            approval_id: done
+                .approval
+                .map(|a| a.id.as_str())
+                .filter(|id| !id.is_empty()),
             approval_kind: done.approval.map(|a| a.kind),
             decision: done.approval.and_then(|a| a.decision),
         });

@@ -1258,12 +1258,12 @@ impl Bridge for CorralService {
                  APPROVAL_DECISION_APPROVED_FOR_SESSION or APPROVAL_DECISION_DENIED",
             ));
         };
-        let session = self.session(&req.session_id, caller)?;
+        // Every refused decision is audited, an unknown session's too.
         let unmatched = |s: Status| {
             self.audit.unmatched_decision(
                 caller,
                 caller.credential.and_then(|i| self.auth.name(i)),
-                &session.id,
+                &req.session_id,
                 &req.approval_id,
                 decision.audit_name(),
                 s.code(),
@@ -1275,15 +1275,21 @@ impl Bridge for CorralService {
             );
             s
         };
+        let session = self.session(&req.session_id, caller).map_err(unmatched)?;
+        let refused = |why| unmatched(status::decision_refused(&req.approval_id, &why));
+        session
+            .approvals
+            .check(&req.approval_id, Instant::now())
+            .map_err(refused)?;
         // The user decides, never the model: a sandboxed process (a command the model runs)
-        // that reaches the socket cannot approve anything.
+        // that reaches the socket cannot decide anything.
         if crate::daemon::peer::is_sandboxed(caller.pid, caller.uid) {
             return Err(unmatched(status::sandboxed_decider()));
         }
         let parked = session
             .approvals
             .take(&req.approval_id, decision, Instant::now())
-            .map_err(|why| unmatched(status::decision_refused(&req.approval_id, &why)))?;
+            .map_err(refused)?;
         let note = ApprovalNote {
             id: req.approval_id.clone(),
             kind: parked.kind.audit_name(),
