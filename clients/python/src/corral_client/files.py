@@ -13,6 +13,7 @@ When the destination is an existing directory, the copy lands inside it under th
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import shutil
@@ -152,10 +153,26 @@ def _file_data(node: _Node) -> Iterator[pb.UploadRequest]:
             raise TransferChanged(f"{node.path} grew while it was being uploaded")
 
 
+class _StopUpload(Exception):
+    """Raised into gRPC to cancel an upload whose stream broke (see :class:`RequestStream`)."""
+
+
+class _QuietStop(logging.Filter):
+    """grpcio logs every exception of a request iterator with its traceback; for
+    :class:`_StopUpload` the caller gets the real error raised, so the log would only repeat it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _StopUpload))
+
+
+logging.getLogger("grpc._channel").addFilter(_QuietStop())
+
+
 class RequestStream:
-    """Iterates the upload stream for gRPC and keeps what broke it: gRPC cancels a call whose
-    request iterator raises and reports only its own status, so the caller raises this error
-    instead."""
+    """Iterates the upload stream for gRPC and keeps what broke it. The call must be cancelled,
+    not ended (an ended stream could look complete to the daemon), and gRPC cancels a call whose
+    request iterator raises, reporting only its own status: so the iterator raises
+    :class:`_StopUpload` and the caller raises :attr:`error` instead."""
 
     def __init__(self, requests: Iterator[pb.UploadRequest]):
         self._requests = requests
@@ -169,9 +186,9 @@ class RequestStream:
             return next(self._requests)
         except StopIteration:
             raise
-        except BaseException as e:
+        except Exception as e:
             self.error = e
-            raise
+            raise _StopUpload(str(e)) from e
 
 
 def upload_summary(resp: pb.UploadResponse, skipped: list[str]) -> pb.TransferSummary:
