@@ -8,7 +8,7 @@ import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { AlreadyExistsError, Client, CorralError, NotFoundError, UnimplementedError } from '../src/index.js';
+import { AlreadyExistsError, Client, CorralError, NotFoundError, TransferChangedError, UnimplementedError } from '../src/index.js';
 import { makeTree, makeWritable, snapshot } from './files-helpers.js';
 import * as h from './helpers.js';
 
@@ -99,6 +99,15 @@ describe('files against a daemon', () => {
     writeFileSync(join(ws, 'inbox', 'one.txt'), 'three');
     await session.files.download('inbox', out, { overwrite: true });
     assert.equal(readFileSync(join(out, 'inbox', 'one.txt'), 'utf8'), 'three');
+  });
+
+  test('an upload cancelled half-way changes nothing', async (t) => {
+    if (!served) return t.skip(SKIP);
+    // /proc files say size 0, then read as text: the upload is cancelled, the daemon commits nothing.
+    const before = readdirSync(ws);
+    await assert.rejects(session.files.upload('/proc/self/status', 'status'), TransferChangedError);
+    assert.deepEqual(readdirSync(ws), before);
+    assert.equal((await session.files.write('after.txt', 'ok')).size, 2);
   });
 
   test('a read-only session reads but writes nothing; protected names stay protected', async (t) => {

@@ -8,7 +8,7 @@ import os
 
 import pytest
 from conftest import session_env
-from corral_client import AlreadyExists, CorralError, NotFound, Unimplemented
+from corral_client import AlreadyExists, CorralError, NotFound, TransferChanged, Unimplemented
 from files_helpers import Api, make_tree, make_writable, snapshot
 
 MIB = 1024 * 1024
@@ -91,6 +91,16 @@ def test_cp_rule_overwrite_and_skipped_entries(call, rw, workspace, tmp_path):
     (workspace / "inbox" / "one.txt").write_text("three")
     call("download", "inbox", out, overwrite=True)
     assert (out / "inbox" / "one.txt").read_text() == "three"
+
+
+def test_an_upload_cancelled_half_way_changes_nothing(call, workspace):
+    """A file that changes while it is sent cancels the call: the daemon commits nothing, and
+    the session goes on. (/proc files say size 0, then read as text.)"""
+    with pytest.raises(TransferChanged, match="grew"):
+        call("upload", "/proc/self/status", "status")
+    assert not (workspace / "status").exists()
+    assert sorted(os.listdir(workspace)) == []
+    assert call("write", "after.txt", b"ok").size == 2
 
 
 def test_the_sandbox_rules_hold(client, workspace, tmp_path):
