@@ -60,74 +60,91 @@ pub enum LogFormat {
 }
 
 /// `corral serve` flags. Each one overrides the config-file key of the same name
-/// (with `-` for `_`).
+/// (with `-` for `_`). The `[default: ...]` in each help text is what applies when neither the
+/// flag nor the key is given (a unit test keeps them equal to what `Config::load` does).
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML config file; every key below may be set there (flags win).
+    /// TOML config file; every key below may be set there (flags win). [default: none]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback only). Default: $CORRAL_SOCKET,
-    /// else $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root. The
-    /// socket's directory must be owned by root or this user and not group/world-writable.
+    /// Check the configuration (file and flags), print the effective settings and exit: 0 if
+    /// it is valid, 2 with the error otherwise. Binds nothing and starts nothing.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (any address with TLS, else loopback only).
+    /// The socket's directory must be owned by root or this user and not group/world-writable.
+    /// [default: $CORRAL_SOCKET, else unix:/run/corral/corral.sock as root, else
+    /// unix:$XDG_RUNTIME_DIR/corral/corral.sock]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<ListenAddr>,
-    /// Permissions of the Unix socket file, octal. Default: 0666 as root (local users connect
-    /// and run as themselves, identified by peer credentials), 0600 otherwise.
+    /// Permissions of the Unix socket file, octal: as root local users connect and run as
+    /// themselves, identified by peer credentials. [default: 0666 as root, else 0600]
     #[arg(long, value_name = "OCTAL")]
     pub socket_mode: Option<String>,
-    /// Log format: text or json.
+    /// Log format on stderr: text (colours only on a terminal) or json (every line a JSON
+    /// object). [default: text]
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter (tracing EnvFilter syntax), e.g. info or corral=debug.
+    /// Log filter (tracing EnvFilter syntax), e.g. info or corral=debug. [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
-    /// Seconds a session may stay unused before it expires.
+    /// Seconds a session may stay unused before it expires. [default: 3600]
     #[arg(long, value_name = "SECS")]
     pub session_idle_timeout: Option<u64>,
     /// Most sessions open at once; OpenSession beyond it is RESOURCE_EXHAUSTED.
+    /// [default: 1024]
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<u64>,
     /// Seconds in-flight calls get to finish after SIGTERM/SIGINT before they are cancelled.
+    /// [default: 10]
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<u64>,
     /// Sandbox layers that may be missing on this host (degraded mode): namespaces, identity,
     /// landlock, seccomp. Sandboxed calls otherwise fail closed when one cannot be applied.
+    /// [default: none]
     #[arg(long, value_name = "LAYER", value_delimiter = ',')]
     pub allow_degraded: Option<Vec<String>>,
     /// Let calls that ask for escalation (`sandbox_permissions: "require_escalated"`) run in
-    /// danger-full-access. Off by default: such calls are refused.
+    /// danger-full-access; otherwise such calls are refused. [default: off]
     #[arg(long)]
     pub allow_escalation: bool,
     /// A directory of sandbox profiles (`NAME.toml`) replacing or adding to the built-in
-    /// read-only, workspace-write and danger-full-access profiles.
+    /// read-only, workspace-write and danger-full-access profiles. [default: none]
     #[arg(long, value_name = "DIR")]
     pub profiles_dir: Option<PathBuf>,
-    /// How root callers are treated: confined (sandboxed modes only, the default), trusted
-    /// (every mode, escalation too) or deny.
+    /// How root callers are treated: confined (sandboxed modes only), trusted (every mode,
+    /// escalation too) or deny. [default: confined]
     #[arg(long, value_enum)]
     pub root_callers: Option<RootCallers>,
     /// Allow plain TCP on loopback: every local user could then act as the daemon's user.
     /// Only for development; use a Unix socket (peer credentials identify the caller).
+    /// [default: off]
     #[arg(long)]
     pub insecure_loopback_tcp: bool,
     /// Audit log: a file (one JSON line per call; reopened on SIGHUP) or `-` for stdout.
+    /// [default: off]
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<String>,
     /// TLS certificate chain (PEM) for TCP. With --tls-key, TCP may listen on any address and
     /// callers authenticate with a client certificate or a bearer token (see [tls] and
-    /// [[tokens]] in the config file for the mappings to local users).
+    /// [[tokens]] in the config file for the mappings to local users). [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM) for TCP.
+    /// TLS private key (PEM) for TCP. [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
-    /// CA bundle (PEM) that signs client certificates; enables mTLS.
+    /// CA bundle (PEM) that signs client certificates; enables mTLS. [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Serve Prometheus metrics on this address (HTTP `/metrics`). Off by default; a
-    /// non-loopback address needs metrics_public = true in the config file.
+    /// Serve Prometheus metrics on this address (HTTP `/metrics`); a non-loopback address
+    /// needs metrics_public = true in the config file. [default: off]
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Also serve grpc.health.v1, and nothing else, over plain TCP on this address: what
+    /// Kubernetes' native `grpc:` probe dials (it speaks neither TLS nor Unix sockets).
+    /// [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 /// The config file's keys (all optional).
@@ -152,6 +169,7 @@ struct FileConfig {
     tokens: Option<Vec<TokenConfig>>,
     metrics_listen: Option<std::net::SocketAddr>,
     metrics_public: Option<bool>,
+    health_listen: Option<std::net::SocketAddr>,
     /// Seconds a ShellStream client may leave output unread before its command is cancelled.
     /// A config-file key only: a flag would make `ServeArgs` larger than clippy accepts.
     stream_stall_timeout: Option<u64>,
@@ -189,6 +207,8 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// How long a ShellStream client may stop reading before its call is cancelled.
     pub stream_stall_timeout: Duration,
+    /// Where grpc.health.v1 alone is served over plain TCP (Kubernetes probes), if anywhere.
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -339,6 +359,7 @@ impl Config {
             None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
         };
         Ok(Config {
+            health_listen: args.health_listen.or(file.health_listen),
             stream_stall_timeout,
             metrics_listen,
             tls,
@@ -371,6 +392,179 @@ impl Config {
             ),
         })
     }
+}
+
+impl Config {
+    /// The effective settings an operator wants to see at start and from `--check-config`, as
+    /// (name, value) rows: where the config came from, how callers reach and authenticate,
+    /// the policy in one line, and where the audit log and metrics go.
+    pub fn summary(&self) -> Vec<(&'static str, String)> {
+        let config = match &self.config_file {
+            Some(path) => path.display().to_string(),
+            None => "none (built-in defaults and flags)".into(),
+        };
+        let transport = match &self.listen {
+            ListenAddr::Unix(_) => format!(
+                "Unix socket, mode {:04o} when the daemon binds it; peer credentials say who \
+                 calls",
+                self.socket_mode
+            ),
+            ListenAddr::Tcp(_) if self.tls_enabled() => {
+                let certs = match &self.tls.client_ca {
+                    Some(ca) => format!(
+                        "{} client certificate mapping(s) (CA {})",
+                        self.tls.clients.len(),
+                        ca.display()
+                    ),
+                    None => "no client certificates (no tls_client_ca)".into(),
+                };
+                format!(
+                    "TLS ({}); callers authenticate with {certs} or {} bearer token(s)",
+                    self.tls.cert.as_deref().unwrap_or(Path::new("")).display(),
+                    self.tokens.len()
+                )
+            }
+            ListenAddr::Tcp(_) => {
+                "plain TCP on loopback (insecure_loopback_tcp): no caller identity, every call \
+                 runs as this daemon's user"
+                    .into()
+            }
+        };
+        let health = match self.health_listen {
+            Some(addr) => format!(
+                "grpc.health.v1 on the listen address, and alone on plain TCP {addr} (probes)"
+            ),
+            None => "grpc.health.v1 on the listen address".into(),
+        };
+        let rule = self.policy.rule_for(None, &[]);
+        let modes: Vec<&str> = rule.modes.iter().map(|m| m.as_str()).collect();
+        let degraded: Vec<&str> = self.degraded_layers.iter().map(|l| l.as_str()).collect();
+        let root = clap::ValueEnum::to_possible_value(&self.root_callers)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        let policy = format!(
+            "modes {} by default; escalation {}; root callers {root}; degraded layers allowed: \
+             {}; {} user and {} group rule(s); at most {} sessions ({} per user by default), \
+             idle after {} s",
+            modes.join(", "),
+            if self.allow_escalation && rule.allow_escalation {
+                "allowed"
+            } else if self.allow_escalation {
+                "allowed only where a rule says so"
+            } else {
+                "off"
+            },
+            if degraded.is_empty() {
+                "none".to_string()
+            } else {
+                degraded.join(", ")
+            },
+            self.policy.users.len(),
+            self.policy.groups.len(),
+            self.max_sessions,
+            rule.max_sessions,
+            self.session_idle_timeout.as_secs(),
+        );
+        let audit = match self.audit_log.as_deref() {
+            None => "off".to_string(),
+            Some("-") => "stdout".to_string(),
+            Some(path) => path.to_string(),
+        };
+        let metrics = match self.metrics_listen {
+            Some(addr) => format!("http://{addr}/metrics"),
+            None => "off".into(),
+        };
+        let log = format!(
+            "{} on stderr, level {}",
+            match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            },
+            self.log_level
+        );
+        vec![
+            ("config", config),
+            ("listen", self.listen.to_string()),
+            ("transport", transport),
+            ("health", health),
+            ("policy", policy),
+            ("audit", audit),
+            ("metrics", metrics),
+            ("log", log),
+        ]
+    }
+
+    /// TLS serves the TCP listener (a certificate and key are set, and the daemon listens on
+    /// TCP).
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.cert.is_some() && self.tls.key.is_some() && matches!(self.listen, ListenAddr::Tcp(_))
+    }
+
+    /// What `load` leaves to the moment they are used, checked up front so that a config that
+    /// passes `--check-config` also starts: the TLS files hold what they should, the audit
+    /// log's directory exists, and the socket's directory (if it exists yet) is one the daemon
+    /// will accept. Reads files; binds and creates nothing.
+    pub fn check_files(&self) -> Result<(), String> {
+        if let Some(cert) = &self.tls.cert {
+            pem_certificates(cert, "tls_cert")?;
+        }
+        if let Some(ca) = &self.tls.client_ca {
+            pem_certificates(ca, "tls_client_ca")?;
+        }
+        if let Some(key) = &self.tls.key {
+            let text = std::fs::read(key)
+                .map_err(|e| format!("tls_key: cannot read {}: {e}", key.display()))?;
+            let has_key = x509_parser::pem::Pem::iter_from_buffer(&text)
+                .any(|p| p.is_ok_and(|p| p.label.ends_with("PRIVATE KEY")));
+            if !has_key {
+                return Err(format!(
+                    "tls_key: {} holds no PEM private key (-----BEGIN PRIVATE KEY-----)",
+                    key.display()
+                ));
+            }
+        }
+        if let Some(log) = self.audit_log.as_deref().filter(|l| *l != "-") {
+            let dir = Path::new(log)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(format!(
+                    "audit_log: the directory of {log} does not exist; create {} first",
+                    dir.display()
+                ));
+            }
+        }
+        if let ListenAddr::Unix(socket) = &self.listen
+            && socket.parent().is_some_and(|d| d.is_dir())
+        {
+            crate::daemon::socket::check_dir(socket, nix::unistd::geteuid().as_raw())?;
+        }
+        Ok(())
+    }
+}
+
+/// The certificates in a PEM file (at least one, each parsed); errors name the key and file.
+pub fn pem_certificates(path: &Path, key: &str) -> Result<Vec<x509_parser::pem::Pem>, String> {
+    let text =
+        std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))?;
+    let mut certs = Vec::new();
+    for pem in x509_parser::pem::Pem::iter_from_buffer(&text) {
+        let pem = pem.map_err(|e| format!("{key}: {} is not valid PEM: {e}", path.display()))?;
+        if pem.label != "CERTIFICATE" {
+            continue;
+        }
+        pem.parse_x509()
+            .map_err(|e| format!("{key}: a certificate in {} does not parse: {e}", path.display()))?;
+        certs.push(pem);
+    }
+    if certs.is_empty() {
+        return Err(format!(
+            "{key}: {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        ));
+    }
+    Ok(certs)
 }
 
 /// Re-reads the policy from the config file (SIGHUP); an error keeps the running policy.
