@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     #[command(flatten)]
     Client(ClientCommand),
     /// Internal: the confined sandbox worker the daemon starts.
@@ -38,7 +38,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Worker => std::process::ExitCode::from(corral::worker::serve::worker_main() as u8),
         Command::Resolve => {
             std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)

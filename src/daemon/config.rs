@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// [default: 10]
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<u64>,
+    /// Seconds a ShellStream client may leave a command's output unread before the command is
+    /// cancelled (until then it is paused). [default: 30]
+    #[arg(long, value_name = "SECS")]
+    pub stream_stall_timeout: Option<u64>,
     /// Sandbox layers that may be missing on this host (degraded mode): namespaces, identity,
     /// landlock, seccomp. Sandboxed calls otherwise fail closed when one cannot be applied.
     /// [default: none]
@@ -171,7 +175,6 @@ struct FileConfig {
     metrics_public: Option<bool>,
     health_listen: Option<std::net::SocketAddr>,
     /// Seconds a ShellStream client may leave output unread before its command is cancelled.
-    /// A config-file key only: a flag would make `ServeArgs` larger than clippy accepts.
     stream_stall_timeout: Option<u64>,
 }
 
@@ -353,7 +356,7 @@ impl Config {
                  the config file to expose metrics beyond this machine"
             ));
         }
-        let stream_stall_timeout = match file.stream_stall_timeout {
+        let stream_stall_timeout = match args.stream_stall_timeout.or(file.stream_stall_timeout) {
             Some(0) => return Err("stream_stall_timeout must be greater than zero".into()),
             Some(secs) => Duration::from_secs(secs),
             None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
@@ -410,18 +413,27 @@ impl Config {
                 self.socket_mode
             ),
             ListenAddr::Tcp(_) if self.tls_enabled() => {
-                let certs = match &self.tls.client_ca {
-                    Some(ca) => format!(
-                        "{} client certificate mapping(s) (CA {})",
-                        self.tls.clients.len(),
-                        ca.display()
-                    ),
-                    None => "no client certificates (no tls_client_ca)".into(),
+                let mut ways = Vec::new();
+                if let Some(ca) = &self.tls.client_ca {
+                    ways.push(format!(
+                        "client certificates signed by {} ({} mapped to users)",
+                        ca.display(),
+                        self.tls.clients.len()
+                    ));
+                }
+                if !self.tokens.is_empty() {
+                    ways.push(format!("bearer tokens ({})", self.tokens.len()));
+                }
+                let ways = if ways.is_empty() {
+                    "nothing: every call is UNAUTHENTICATED until [[tokens]], or tls_client_ca \
+                     with [[tls.clients]], are configured"
+                        .to_string()
+                } else {
+                    ways.join(" or ")
                 };
                 format!(
-                    "TLS ({}); callers authenticate with {certs} or {} bearer token(s)",
-                    self.tls.cert.as_deref().unwrap_or(Path::new("")).display(),
-                    self.tokens.len()
+                    "TLS with {}; callers authenticate with {ways}",
+                    self.tls.cert.as_deref().unwrap_or(Path::new("")).display()
                 )
             }
             ListenAddr::Tcp(_) => {
@@ -506,7 +518,18 @@ impl Config {
     /// will accept. Reads files; binds and creates nothing.
     pub fn check_files(&self) -> Result<(), String> {
         if let Some(cert) = &self.tls.cert {
-            pem_certificates(cert, "tls_cert")?;
+            let chain = pem_certificates(cert, "tls_cert")?;
+            // rustls clients (the CLI and tonic clients among them) refuse a CA certificate
+            // as a server's, with a cryptic CaUsedAsEndEntity: say so at start instead.
+            if chain[0].parse_x509().is_ok_and(|leaf| leaf.is_ca()) {
+                return Err(format!(
+                    "tls_cert: the first certificate in {} is a CA certificate \
+                     (basicConstraints CA:TRUE), which TLS clients refuse as a server's; issue \
+                     one with CA:FALSE (e.g. openssl req -x509 ... -addext \
+                     basicConstraints=critical,CA:FALSE)",
+                    cert.display()
+                ));
+            }
         }
         if let Some(ca) = &self.tls.client_ca {
             pem_certificates(ca, "tls_client_ca")?;
@@ -657,6 +680,89 @@ mod tests {
                 .unwrap_err()
                 .contains("both tls_cert and tls_key")
         );
+    }
+
+    /// `corral serve --help` shows a default for every setting, and it is the one `load`
+    /// applies when neither a flag nor a key is given.
+    #[test]
+    fn serve_help_shows_the_defaults_that_load_applies() {
+        use clap::Args as _;
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        let cfg = Config::load(&ServeArgs {
+            // Explicit, so the test does not depend on XDG_RUNTIME_DIR or the uid.
+            listen: Some("unix:/run/corral/corral.sock".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap();
+        let off = |on: bool| if on { "on" } else { "off" }.to_string();
+        let none = |empty: bool| {
+            assert!(empty, "a setting without flag or key is not empty");
+            "none".to_string()
+        };
+        let expected: Vec<(&str, String)> = vec![
+            ("config", none(cfg.config_file.is_none())),
+            ("log_format", format!("{:?}", cfg.log_format).to_lowercase()),
+            ("log_level", cfg.log_level.clone()),
+            (
+                "session_idle_timeout",
+                cfg.session_idle_timeout.as_secs().to_string(),
+            ),
+            ("max_sessions", cfg.max_sessions.to_string()),
+            ("shutdown_grace", cfg.shutdown_grace.as_secs().to_string()),
+            (
+                "stream_stall_timeout",
+                cfg.stream_stall_timeout.as_secs().to_string(),
+            ),
+            ("allow_degraded", none(cfg.degraded_layers.is_empty())),
+            ("allow_escalation", off(cfg.allow_escalation)),
+            ("profiles_dir", "none".into()),
+            (
+                "root_callers",
+                clap::ValueEnum::to_possible_value(&cfg.root_callers)
+                    .unwrap()
+                    .get_name()
+                    .to_string(),
+            ),
+            ("insecure_loopback_tcp", "off".into()),
+            ("audit_log", off(cfg.audit_log.is_some())),
+            ("tls_cert", none(cfg.tls.cert.is_none())),
+            ("tls_key", none(cfg.tls.key.is_none())),
+            ("tls_client_ca", none(cfg.tls.client_ca.is_none())),
+            ("metrics_listen", off(cfg.metrics_listen.is_some())),
+            ("health_listen", off(cfg.health_listen.is_some())),
+        ];
+        let mut seen = 0;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "check_config" {
+                continue; // an action, not a setting
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let shown = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, d)| d.strip_suffix(']'))
+                .unwrap_or_else(|| panic!("--{id}: its help shows no default: {help}"));
+            match id {
+                // They depend on who runs the daemon: both cases are named.
+                "listen" => assert!(
+                    shown.contains("unix:/run/corral/corral.sock as root")
+                        && shown.contains("$XDG_RUNTIME_DIR/corral/corral.sock"),
+                    "{shown}"
+                ),
+                "socket_mode" => {
+                    assert!(shown.contains(&format!("{:04o}", cfg.socket_mode)), "{shown}")
+                }
+                _ => {
+                    let want = expected
+                        .iter()
+                        .find(|(k, _)| *k == id)
+                        .unwrap_or_else(|| panic!("--{id}: no expected default in this test"));
+                    assert_eq!(shown, want.1, "--{id}");
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, expected.len(), "a flag in this test no longer exists");
     }
 
     #[test]
