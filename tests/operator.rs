@@ -97,7 +97,10 @@ async fn the_start_up_block_says_what_runs_and_its_try_line_works() {
     // calls above produced.
     let log = d.log_text();
     assert!(log.contains("session opened"), "{log}");
-    assert!(!log.contains('\x1b'), "escape codes in a log file:\n{log:?}");
+    assert!(
+        !log.contains('\x1b'),
+        "escape codes in a log file:\n{log:?}"
+    );
 }
 
 #[tokio::test]
@@ -145,7 +148,9 @@ async fn log_format_json_makes_every_stderr_line_a_json_object() {
         "try",
     ] {
         assert!(
-            start["fields"][field].as_str().is_some_and(|v| !v.is_empty()),
+            start["fields"][field]
+                .as_str()
+                .is_some_and(|v| !v.is_empty()),
             "{field} missing: {start}"
         );
     }
@@ -210,7 +215,10 @@ fn check_config_validates_without_binding_anything() {
         "{out}"
     );
     assert_eq!(block_row(&out, "audit"), "stdout");
-    assert!(!socket_dir.exists(), "--check-config created the socket directory");
+    assert!(
+        !socket_dir.exists(),
+        "--check-config created the socket directory"
+    );
     // --log-format json: one JSON object.
     let (code, out, _) = check(&["--log-format", "json"]);
     assert_eq!(code, Some(0));

@@ -150,7 +150,10 @@ async fn serve(pki: tempfile::TempDir, config: &str) -> TlsDaemon {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     // Ready once the start-up block is out: it is printed after every listener is up.
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("try:") {
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("try:")
+    {
         assert!(
             Instant::now() < deadline,
             "TLS daemon did not start:\n{}",
@@ -334,7 +337,14 @@ async fn the_cli_authenticates_with_a_token_or_a_client_certificate_over_tls() {
     // A client certificate mapped to a user.
     let (code, out, err) = list(
         None,
-        &["--tls-ca", &ca, "--tls-cert", &alice_pem, "--tls-key", &alice_key],
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &alice_pem,
+            "--tls-key",
+            &alice_key,
+        ],
     );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("marker.txt"), "{out}");
@@ -354,7 +364,14 @@ async fn the_cli_authenticates_with_a_token_or_a_client_certificate_over_tls() {
     );
     let (code, _, err) = list(
         None,
-        &["--tls-ca", &ca, "--tls-cert", &mallory.0, "--tls-key", &mallory.1],
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &mallory.0,
+            "--tls-key",
+            &mallory.1,
+        ],
     );
     assert_eq!(code, 2);
     assert!(err.contains("Unauthenticated"), "{err}");
@@ -372,14 +389,26 @@ async fn the_cli_authenticates_with_a_token_or_a_client_certificate_over_tls() {
     let (code, _, err) = cli(
         work.path(),
         None,
-        &["health", "--socket", "unix:/run/corral-none/c.sock", "--tls-ca", &ca],
+        &[
+            "health",
+            "--socket",
+            "unix:/run/corral-none/c.sock",
+            "--tls-ca",
+            &ca,
+        ],
     );
     assert_eq!(code, 2);
     assert!(err.contains("are for tcp: addresses"), "{err}");
     let (code, _, err) = cli(
         work.path(),
         None,
-        &["health", "--socket", "unix:/run/corral-none/c.sock", "--token", "t"],
+        &[
+            "health",
+            "--socket",
+            "unix:/run/corral-none/c.sock",
+            "--token",
+            "t",
+        ],
     );
     assert_eq!(code, 2);
     assert!(err.contains("--token is for tcp: addresses"), "{err}");
@@ -399,7 +428,10 @@ async fn the_printed_try_line_works_against_a_tls_daemon() {
     let d = start().await;
     let line = try_line(&d);
     let ca = d.pki.path().join("ca.pem");
-    assert!(line.contains(&format!("--tls-ca {}", ca.display())), "{line}");
+    assert!(
+        line.contains(&format!("--tls-ca {}", ca.display())),
+        "{line}"
+    );
     assert!(!line.contains("--tls-server-name"), "{line}");
     check_try_results(&line, run_try_line(&line, work.path(), "token-123"));
     drop(d);

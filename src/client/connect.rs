@@ -26,10 +26,7 @@ pub struct TcpAuth {
 
 impl TcpAuth {
     fn any_tls(&self) -> bool {
-        self.ca.is_some()
-            || self.cert.is_some()
-            || self.key.is_some()
-            || self.server_name.is_some()
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some() || self.server_name.is_some()
     }
 }
 
@@ -38,9 +35,14 @@ impl TcpAuth {
 pub struct Bearer(Option<AsciiMetadataValue>);
 
 impl Interceptor for Bearer {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(value) = &self.0 {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         Ok(request)
     }

@@ -509,7 +509,9 @@ impl Config {
     /// TLS serves the TCP listener (a certificate and key are set, and the daemon listens on
     /// TCP).
     pub fn tls_enabled(&self) -> bool {
-        self.tls.cert.is_some() && self.tls.key.is_some() && matches!(self.listen, ListenAddr::Tcp(_))
+        self.tls.cert.is_some()
+            && self.tls.key.is_some()
+            && matches!(self.listen, ListenAddr::Tcp(_))
     }
 
     /// What `load` leaves to the moment they are used, checked up front so that a config that
@@ -577,8 +579,12 @@ pub fn pem_certificates(path: &Path, key: &str) -> Result<Vec<x509_parser::pem::
         if pem.label != "CERTIFICATE" {
             continue;
         }
-        pem.parse_x509()
-            .map_err(|e| format!("{key}: a certificate in {} does not parse: {e}", path.display()))?;
+        pem.parse_x509().map_err(|e| {
+            format!(
+                "{key}: a certificate in {} does not parse: {e}",
+                path.display()
+            )
+        })?;
         certs.push(pem);
     }
     if certs.is_empty() {
@@ -750,7 +756,10 @@ mod tests {
                     "{shown}"
                 ),
                 "socket_mode" => {
-                    assert!(shown.contains(&format!("{:04o}", cfg.socket_mode)), "{shown}")
+                    assert!(
+                        shown.contains(&format!("{:04o}", cfg.socket_mode)),
+                        "{shown}"
+                    )
                 }
                 _ => {
                     let want = expected

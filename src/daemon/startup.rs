@@ -52,10 +52,7 @@ pub fn announce(config: &Config, bound: &ListenAddr, probe: &Result<Vec<Layer>, 
         }
         LogFormat::Text => {
             use std::io::Write;
-            let mut text = format!(
-                "corral {} serving on {bound}\n",
-                env!("CARGO_PKG_VERSION")
-            );
+            let mut text = format!("corral {} serving on {bound}\n", env!("CARGO_PKG_VERSION"));
             rows.push(("try", try_line));
             if let Some(auth) = auth {
                 rows.push(("auth", auth));
@@ -238,9 +235,7 @@ fn tls_hints(cert: &Path, client_ca: Option<&Path>, dialled: IpAddr) -> TlsHints
         for name in &san.value.general_names {
             match name {
                 GeneralName::IPAddress(bytes) => ips.push(bytes.to_vec()),
-                GeneralName::DNSName(name) if !name.starts_with('*') => {
-                    dns.push(name.to_string())
-                }
+                GeneralName::DNSName(name) if !name.starts_with('*') => dns.push(name.to_string()),
                 _ => {}
             }
         }
@@ -350,14 +345,23 @@ mod tests {
 
     #[test]
     fn shell_words_survive_a_shell() {
-        assert_eq!(shell_word("/run/corral/corral.sock"), "/run/corral/corral.sock");
+        assert_eq!(
+            shell_word("/run/corral/corral.sock"),
+            "/run/corral/corral.sock"
+        );
         assert_eq!(shell_word("tcp:127.0.0.1:7878"), "tcp:127.0.0.1:7878");
         assert_eq!(shell_word("/a dir/it's"), r"'/a dir/it'\''s'");
         assert_eq!(shell_word(""), "''");
         let out = std::process::Command::new("sh")
-            .args(["-c", &format!("printf %s {}", shell_word("/a dir/it's $HOME `x`"))])
+            .args([
+                "-c",
+                &format!("printf %s {}", shell_word("/a dir/it's $HOME `x`")),
+            ])
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "/a dir/it's $HOME `x`");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "/a dir/it's $HOME `x`"
+        );
     }
 }
