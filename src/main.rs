@@ -44,10 +44,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
         }
         Command::Client(cmd) => {
-            // Like any Unix filter: `corral list-dir . | head` ends quietly when head stops
-            // reading, instead of panicking in println!.
-            // SAFETY: restoring a signal's default action before any thread exists.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             let common = cli.common;
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
