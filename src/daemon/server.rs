@@ -146,8 +146,12 @@ pub async fn serve(
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("cannot listen on {addr} (health_listen): {e}"))?;
+            // Anyone on the network may connect: few streams per connection, none long-lived
+            // (a probe's Check takes milliseconds; a Watch would otherwise be held forever).
             Some(tokio::spawn(
                 Server::builder()
+                    .max_concurrent_streams(8)
+                    .timeout(Duration::from_secs(10))
                     .add_service(health_service.clone())
                     .serve_with_incoming(TcpListenerStream::new(tcp)),
             ))
