@@ -25,6 +25,15 @@ fi
   cd "$ROOT/clients/node"
   npm ci --no-audit --no-fund --loglevel=error
   npm test
+  # Again with the oldest dependencies package.json allows (the floor of each range), so the
+  # ranges it declares stay true; then back to the lock file.
+  floors=$(node -e 'const d = require("./package.json").dependencies;
+    console.log(Object.entries(d).map(([n, r]) => `${n}@${r.match(/[0-9][0-9.]*/)[0]}`).join(" "))')
+  echo "run-client-tests: node at the lower bounds: $floors"
+  # shellcheck disable=SC2086
+  npm install --no-save --no-audit --no-fund --loglevel=error $floors
+  npm test
+  npm ci --no-audit --no-fund --loglevel=error
 )
 # --- end node ---
 
@@ -60,4 +69,33 @@ fi
   cd "$ROOT/clients/python"
   "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider
 )
+# Again in a second venv with the oldest versions pyproject.toml allows (the floor of each
+# dependency range; the test-only grpcio packages at grpcio's floor), so the ranges it declares
+# stay true.
+PYVENV_LOW="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv-lower"
+floors=$("$PYVENV/bin/python" - "$ROOT/clients/python/pyproject.toml" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+pins = {m.group(1): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)', deps)}
+pins["grpcio-health-checking"] = pins["grpcio-reflection"] = pins["grpcio"]
+print(" ".join(f"{name}=={version}" for name, version in pins.items()))
+PY
+)
+echo "run-client-tests: python at the lower bounds: $floors"
+[ -x "$PYVENV_LOW/bin/pip" ] || { rm -rf "$PYVENV_LOW"; "$PYVENV/bin/python" -m venv "$PYVENV_LOW"; }
+# Old grpcio releases have no wheels for Pythons newer than they are: there, say so and go on.
+# shellcheck disable=SC2086
+if "$PYVENV_LOW/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
+  $floors "pytest>=7"; then
+  "$PYVENV_LOW/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
+    "$ROOT/clients/python"
+  (
+    cd "$ROOT/clients/python"
+    "$PYVENV_LOW/bin/python" -m pytest -q -p no:cacheprovider
+  )
+else
+  echo "run-client-tests: the lower bounds have no wheels for $("$PYVENV_LOW/bin/python" -V);" \
+    "not checked on this machine" >&2
+fi
 # --- end python ---

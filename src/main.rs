@@ -23,7 +23,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     #[command(flatten)]
     Client(ClientCommand),
     /// Internal: the confined sandbox worker the daemon starts.
@@ -38,7 +38,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Worker => std::process::ExitCode::from(corral::worker::serve::worker_main() as u8),
         Command::Resolve => {
             std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
@@ -65,19 +65,26 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
-    let config = match Config::load(&args) {
+    // A config that --check-config passes also starts: both run the same checks.
+    let config = match Config::load(&args).and_then(|c| c.check_files().map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
-            report(&e);
+            // The format the operator asked for on the command line, if any: the file's
+            // setting may be what failed to load.
+            report_as(args.log_format.unwrap_or(LogFormat::Text), &e);
             return std::process::ExitCode::from(2);
         }
     };
+    if args.check_config {
+        print_summary(&config);
+        return std::process::ExitCode::SUCCESS;
+    }
     let http2_refusals = init_logging(config.log_format, &config.log_level);
     // Before any thread exists: socket activation reads and clears LISTEN_* variables.
     let activated = match corral::daemon::listener::from_socket_activation() {
         Ok(l) => l,
         Err(e) => {
-            report(&e);
+            tracing::error!("{e}");
             return std::process::ExitCode::from(2);
         }
     };
@@ -87,7 +94,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            report(&format!("cannot start the async runtime: {e}"));
+            tracing::error!("cannot start the async runtime: {e}");
             return std::process::ExitCode::from(2);
         }
     };
@@ -113,8 +120,13 @@ fn init_logging(
     };
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: escape codes in a journal, a container log or
+    // a file are noise (and NO_COLOR turns them off there too).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let printer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         // A closed stderr (the terminal or log pipe went away) must not take the daemon down:
         // tracing-subscriber would otherwise report the failed write with eprintln!, which
         // panics on EPIPE. Lost log lines are the lesser evil.
@@ -135,6 +147,48 @@ fn init_logging(
 
 /// `error: MESSAGE` on stderr; a closed stderr is ignored (eprintln! would panic on EPIPE).
 fn report(message: &str) {
+    report_as(LogFormat::Text, message);
+}
+
+/// [`report`] in the given log format: with json, through the same JSON formatter as the
+/// log lines, so that every line on stderr parses.
+fn report_as(format: LogFormat, message: &str) {
+    match format {
+        LogFormat::Text => {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {message}");
+        }
+        LogFormat::Json => {
+            let printer = tracing_subscriber::fmt()
+                .json()
+                .with_writer(std::io::stderr)
+                .log_internal_errors(false)
+                .finish();
+            tracing::subscriber::with_default(printer, || tracing::error!("{message}"));
+        }
+    }
+}
+
+/// `--check-config`: the effective settings on stdout, `key: value` per line (or one JSON
+/// object with --log-format json).
+fn print_summary(config: &Config) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "error: {message}");
+    let rows = config.summary();
+    let text = match config.log_format {
+        LogFormat::Json => {
+            let object: serde_json::Map<String, serde_json::Value> = rows
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
+                .collect();
+            format!("{}\n", serde_json::Value::Object(object))
+        }
+        LogFormat::Text => {
+            let mut text = String::from("configuration OK\n");
+            for (key, value) in rows {
+                text.push_str(&format!("  {:<10} {value}\n", format!("{key}:")));
+            }
+            text
+        }
+    };
+    let _ = std::io::stdout().write_all(text.as_bytes());
 }

@@ -6,7 +6,7 @@ mod common;
 use common::{CORRAL, outside, scratch};
 use corral::api::{self, sessions_client::SessionsClient};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -106,6 +106,8 @@ struct TlsDaemon {
     child: Child,
     port: u16,
     pki: tempfile::TempDir,
+    /// The daemon's stderr.
+    log: std::path::PathBuf,
 }
 
 impl Drop for TlsDaemon {
@@ -126,25 +128,90 @@ async fn start() -> TlsDaemon {
          [[tokens]]\nname = \"ci\"\nsha256 = \"{token_hash}\"\nuser = \"root\"\n",
         p.display()
     );
+    serve(pki, &config).await
+}
+
+/// Starts `corral serve` with `config` (written to the PKI directory) on a free loopback port.
+async fn serve(pki: tempfile::TempDir, config: &str) -> TlsDaemon {
+    let p = pki.path();
     std::fs::write(p.join("corral.toml"), config).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
+    let log = p.join("daemon.log");
     let child = Command::new(CORRAL)
         .args(["serve", "--config"])
         .arg(p.join("corral.toml"))
         .args(["--listen", &format!("tcp:127.0.0.1:{port}")])
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "TLS daemon did not start");
+    // Ready once the start-up block is out: it is printed after every listener is up.
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("try:")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "TLS daemon did not start:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    TlsDaemon { child, port, pki }
+    TlsDaemon {
+        child,
+        port,
+        pki,
+        log,
+    }
+}
+
+/// Runs the CLI with `args` in `cwd`, with `CORRAL_TOKEN` set to `token` (or unset);
+/// returns (exit code, stdout, stderr).
+fn cli(cwd: &Path, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(CORRAL);
+    cmd.args(args).current_dir(cwd).env_remove("CORRAL_TOKEN");
+    if let Some(t) = token {
+        cmd.env("CORRAL_TOKEN", t);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `try:` line of the daemon's start-up block, as printed.
+fn try_line(d: &TlsDaemon) -> String {
+    let log = std::fs::read_to_string(&d.log).unwrap();
+    log.lines()
+        .find_map(|l| l.trim_start().strip_prefix("try:"))
+        .unwrap_or_else(|| panic!("no try: line in\n{log}"))
+        .trim()
+        .to_string()
+}
+
+/// Runs each command of a `try:` line (`A   or   B`) exactly as printed, through a shell.
+fn run_try_line(line: &str, cwd: &Path, token: &str) -> Vec<(i32, String, String)> {
+    line.split("   or   ")
+        .map(|command| {
+            let out = Command::new("sh")
+                .args(["-c", command])
+                .current_dir(cwd)
+                .env("CORRAL_TOKEN", token)
+                .output()
+                .unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        })
+        .collect()
 }
 
 async fn channel(
@@ -232,4 +299,192 @@ async fn mtls_and_tokens_authenticate_and_everything_else_is_refused() {
     if let Ok(ch) = plain {
         assert!(open(ch, Some("token-123")).await.is_err());
     }
+}
+
+#[tokio::test]
+async fn the_cli_authenticates_with_a_token_or_a_client_certificate_over_tls() {
+    let d = start().await;
+    let p = d.pki.path();
+    let work = scratch();
+    std::fs::write(work.path().join("marker.txt"), "x").unwrap();
+    let socket = format!("tcp:127.0.0.1:{}", d.port);
+    let ca = p.join("ca.pem").display().to_string();
+    let (alice_pem, alice_key) = (
+        p.join("alice.pem").display().to_string(),
+        p.join("alice.key").display().to_string(),
+    );
+    let list = |token: Option<&str>, extra: &[&str]| {
+        let mut args = vec!["list-dir", ".", "--socket", &socket];
+        args.extend_from_slice(extra);
+        cli(work.path(), token, &args)
+    };
+
+    // Health needs TLS but no credential.
+    let (code, out, err) = cli(
+        work.path(),
+        None,
+        &["health", "--socket", &socket, "--tls-ca", &ca],
+    );
+    assert_eq!((code, out.trim()), (0, "SERVING"), "{err}");
+
+    // A token from CORRAL_TOKEN, or from --token.
+    let (code, out, err) = list(Some("token-123"), &["--tls-ca", &ca]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("marker.txt"), "{out}");
+    let (code, out, err) = list(None, &["--tls-ca", &ca, "--token", "token-123"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("marker.txt"), "{out}");
+    // A client certificate mapped to a user.
+    let (code, out, err) = list(
+        None,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &alice_pem,
+            "--tls-key",
+            &alice_key,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("marker.txt"), "{out}");
+
+    // Refusals: no credential, a wrong token, a certificate mapped to nobody.
+    for (token, extra) in [
+        (None, vec!["--tls-ca", ca.as_str()]),
+        (Some("token-124"), vec!["--tls-ca", ca.as_str()]),
+    ] {
+        let (code, _, err) = list(token, &extra);
+        assert_eq!(code, 2, "{token:?}: {err}");
+        assert!(err.contains("Unauthenticated"), "{err}");
+    }
+    let mallory = (
+        p.join("mallory.pem").display().to_string(),
+        p.join("mallory.key").display().to_string(),
+    );
+    let (code, _, err) = list(
+        None,
+        &[
+            "--tls-ca",
+            &ca,
+            "--tls-cert",
+            &mallory.0,
+            "--tls-key",
+            &mallory.1,
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("Unauthenticated"), "{err}");
+    // A daemon whose certificate the given CA did not sign is not talked to.
+    let other = p.join("otherca.pem").display().to_string();
+    let (code, _, err) = list(Some("token-123"), &["--tls-ca", &other]);
+    assert_eq!(code, 2);
+    assert!(err.contains("certificate"), "{err}");
+
+    // The client refuses what would not do what was meant, before sending anything: a token
+    // over plain TCP, TLS settings or --token for a Unix socket, half a client certificate.
+    let (code, _, err) = list(Some("token-123"), &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("only sent over TLS"), "{err}");
+    let (code, _, err) = cli(
+        work.path(),
+        None,
+        &[
+            "health",
+            "--socket",
+            "unix:/run/corral-none/c.sock",
+            "--tls-ca",
+            &ca,
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("are for tcp: addresses"), "{err}");
+    let (code, _, err) = cli(
+        work.path(),
+        None,
+        &[
+            "health",
+            "--socket",
+            "unix:/run/corral-none/c.sock",
+            "--token",
+            "t",
+        ],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("--token is for tcp: addresses"), "{err}");
+    let (code, _, err) = list(None, &["--tls-ca", &ca, "--tls-cert", &alice_pem]);
+    assert_eq!(code, 2);
+    assert!(err.contains("go together"), "{err}");
+}
+
+/// The daemon's `try:` line, run exactly as printed, works against a TLS daemon: with a CA
+/// from the config (a server certificate signed by the client CA) and with a self-signed
+/// certificate that names only `localhost` (so the line must add --tls-server-name).
+#[tokio::test]
+async fn the_printed_try_line_works_against_a_tls_daemon() {
+    let work = scratch();
+    std::fs::write(work.path().join("marker.txt"), "x").unwrap();
+
+    let d = start().await;
+    let line = try_line(&d);
+    let ca = d.pki.path().join("ca.pem");
+    assert!(
+        line.contains(&format!("--tls-ca {}", ca.display())),
+        "{line}"
+    );
+    assert!(!line.contains("--tls-server-name"), "{line}");
+    check_try_results(&line, run_try_line(&line, work.path(), "token-123"));
+    drop(d);
+
+    let pki = outside();
+    let p = pki.path();
+    openssl(
+        p,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=corral test",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+            "-keyout",
+            "self.key",
+            "-out",
+            "self.pem",
+        ],
+    );
+    let config = format!(
+        "[tls]\ncert = \"{0}/self.pem\"\nkey = \"{0}/self.key\"\n\
+         [[tokens]]\nname = \"ci\"\nsha256 = \"{1}\"\nuser = \"root\"\n",
+        p.display(),
+        corral::daemon::auth::token_hash("token-9")
+    );
+    let d = serve(pki, &config).await;
+    let line = try_line(&d);
+    assert!(
+        line.contains(&format!(
+            "--tls-ca {} --tls-server-name localhost",
+            d.pki.path().join("self.pem").display()
+        )),
+        "{line}"
+    );
+    check_try_results(&line, run_try_line(&line, work.path(), "token-9"));
+}
+
+fn check_try_results(line: &str, results: Vec<(i32, String, String)>) {
+    assert_eq!(results.len(), 2, "{line}");
+    let (code, out, err) = &results[0];
+    assert_eq!((*code, out.trim()), (0, "SERVING"), "{line}: {err}");
+    let (code, out, err) = &results[1];
+    assert_eq!(*code, 0, "{line}: {err}");
+    assert!(out.contains("marker.txt"), "{line}: {out}");
 }

@@ -23,18 +23,26 @@ export async function runAgent({ client, settings, prompt, callModel, maxTurns =
   }
 }
 
-// `node agent-loop.mjs "prompt"` with OPENAI_API_KEY set and a daemon running (CORRAL_SOCKET).
-if (import.meta.url === `file://${process.argv[1]}`) {
-  const callModel = async ({ input, tools }) => {
-    const res = await fetch('https://api.openai.com/v1/responses', {
+/** callModel for runAgent: POST {OPENAI_BASE_URL}/responses (default: OpenAI's), OPENAI_API_KEY. */
+export function responsesApi(env = process.env) {
+  const url = `${(env.OPENAI_BASE_URL ?? 'https://api.openai.com/v1').replace(/\/+$/, '')}/responses`;
+  return async ({ input, tools }) => {
+    const res = await fetch(url, {
       method: 'POST',
-      headers: { authorization: `Bearer ${process.env.OPENAI_API_KEY}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: process.env.OPENAI_MODEL ?? 'gpt-5-codex', input, tools }),
+      headers: { authorization: `Bearer ${env.OPENAI_API_KEY ?? ''}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: env.OPENAI_MODEL ?? 'gpt-5-codex', input, tools }),
     });
+    if (!res.ok) throw new Error(`${url}: ${res.status} ${await res.text()}`);
     return (await res.json()).output;
   };
+}
+
+// `node agent-loop.mjs "prompt"` with a daemon running (CORRAL_SOCKET) and OPENAI_API_KEY set
+// (OPENAI_BASE_URL for another OpenAI-compatible endpoint, OPENAI_MODEL).
+if (import.meta.url === `file://${process.argv[1]}`) {
   const settings = { cwd: process.cwd(), env: { PATH: process.env.PATH, HOME: process.env.HOME } };
-  const transcript = await runAgent({ client: new Client(), settings, prompt: process.argv[2], callModel });
-  console.log(transcript.at(-1).content?.[0]?.text ?? transcript.at(-1));
-  process.exit(0);
+  const client = new Client();
+  const transcript = await runAgent({ client, settings, prompt: process.argv[2], callModel: responsesApi() });
+  console.log(JSON.stringify(transcript.at(-1)));
+  client.close();
 }

@@ -4,11 +4,10 @@
 use crate::api::{
     self, bridge_client::BridgeClient, sessions_client::SessionsClient, tools_client::ToolsClient,
 };
-use crate::client::connect;
+use crate::client::connect::{Connection, TcpAuth, connect_with};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use std::path::PathBuf;
-use tonic::transport::Channel;
 
 /// Options every client command shares (ignored by `serve`).
 #[derive(Debug, Clone, Args)]
@@ -22,6 +21,56 @@ pub struct Common {
     /// Client commands: print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Client commands, tcp: only: speak TLS and trust the daemon's certificate if this CA
+    /// (PEM) signed it.
+    #[arg(long, global = true, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client commands, tcp: only: a client certificate (PEM) for mTLS, with --tls-key. Not
+    /// used by `serve` (see its --tls-cert).
+    #[arg(long, global = true, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// Client commands, tcp: only: the client certificate's private key (PEM). Not used by
+    /// `serve` (see its --tls-key).
+    #[arg(long, global = true, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// Client commands, tcp: only: the name the daemon's certificate must carry, when it is not
+    /// the HOST of tcp:HOST:PORT.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Client commands, tcp: with TLS only: a bearer token the daemon maps to a local user
+    /// ([[tokens]] in its config). Default: $CORRAL_TOKEN, which other users cannot read the
+    /// way they can read a command line. Never sent over a Unix socket or plain TCP.
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub token: Option<String>,
+}
+
+/// Where the token comes from when --token is not given.
+pub const TOKEN_ENV: &str = "CORRAL_TOKEN";
+
+impl Common {
+    /// The TLS settings and token for a tcp: target. `$CORRAL_TOKEN` is used only for TCP
+    /// targets, so a shell that exports it can still use Unix sockets; an explicit --token for
+    /// a Unix socket is refused as a mistake.
+    fn tcp_auth(&self, target: &str) -> Result<TcpAuth, String> {
+        let tcp = target.starts_with("tcp:");
+        if self.token.is_some() && !tcp {
+            return Err(format!(
+                "--token is for tcp: addresses; {target} is a Unix socket, where the kernel says                  who you are"
+            ));
+        }
+        let token = match &self.token {
+            Some(t) => Some(t.clone()),
+            None if tcp => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
+            None => None,
+        };
+        Ok(TcpAuth {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+            token,
+        })
+    }
 }
 
 /// Options of commands that run in a session.
@@ -143,7 +192,7 @@ pub async fn run(common: Common, command: ClientCommand) -> i32 {
 
 /// `{layer} (unavailable|degraded): {detail}` for each sandbox layer the daemon does not
 /// enforce (empty when all are, or when it cannot be asked).
-async fn layer_problems(channel: Channel) -> Vec<String> {
+async fn layer_problems(channel: Connection) -> Vec<String> {
     let Ok(caps) = SessionsClient::new(channel)
         .get_capabilities(api::GetCapabilitiesRequest {})
         .await
@@ -175,7 +224,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
         common.socket.as_deref(),
         crate::daemon::socket::Side::Client,
     )?;
-    let channel = connect(&target).await?;
+    let channel = connect_with(&target, &common.tcp_auth(&target)?).await?;
     match command {
         ClientCommand::Health => {
             let mut client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
@@ -408,7 +457,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
 }
 
 /// The session to use: the given one, or a temporary one (closed afterwards).
-async fn open(channel: &Channel, opts: &SessionOpts) -> Result<(String, bool), String> {
+async fn open(channel: &Connection, opts: &SessionOpts) -> Result<(String, bool), String> {
     if let Some(id) = &opts.session {
         return Ok((id.clone(), false));
     }
@@ -484,7 +533,7 @@ fn mode_of(mode: ModeArg) -> api::SandboxMode {
     }
 }
 
-async fn close(channel: &Channel, id: &str, temporary: bool) {
+async fn close(channel: &Connection, id: &str, temporary: bool) {
     if temporary {
         let _ = SessionsClient::new(channel.clone())
             .close_session(api::CloseSessionRequest {

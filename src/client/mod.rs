@@ -6,8 +6,8 @@ mod cli;
 mod connect;
 mod mcp;
 
-pub use cli::{ClientCommand, Common, run};
-pub use connect::connect;
+pub use cli::{ClientCommand, Common, TOKEN_ENV, run};
+pub use connect::{Connection, TcpAuth, connect, connect_with};
 
 /// The largest message corral's clients accept (gRPC's default is 4 MiB; a read_file of a big
 /// file is more). The daemon answers at most 32 MiB, so this is never the limit that bites.

@@ -60,74 +60,95 @@ pub enum LogFormat {
 }
 
 /// `corral serve` flags. Each one overrides the config-file key of the same name
-/// (with `-` for `_`).
+/// (with `-` for `_`). The `[default: ...]` in each help text is what applies when neither the
+/// flag nor the key is given (a unit test keeps them equal to what `Config::load` does).
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// TOML config file; every key below may be set there (flags win).
+    /// TOML config file; every key below may be set there (flags win). [default: none]
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Where to listen: unix:PATH or tcp:HOST:PORT (loopback only). Default: $CORRAL_SOCKET,
-    /// else $XDG_RUNTIME_DIR/corral/corral.sock, or /run/corral/corral.sock as root. The
-    /// socket's directory must be owned by root or this user and not group/world-writable.
+    /// Check the configuration (file and flags), print the effective settings and exit: 0 if
+    /// it is valid, 2 with the error otherwise. Binds nothing and starts nothing.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (any address with TLS, else loopback only).
+    /// The socket's directory must be owned by root or this user and not group/world-writable.
+    /// [default: $CORRAL_SOCKET, else unix:/run/corral/corral.sock as root, else
+    /// unix:$XDG_RUNTIME_DIR/corral/corral.sock]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<ListenAddr>,
-    /// Permissions of the Unix socket file, octal. Default: 0666 as root (local users connect
-    /// and run as themselves, identified by peer credentials), 0600 otherwise.
+    /// Permissions of the Unix socket file, octal: as root local users connect and run as
+    /// themselves, identified by peer credentials. [default: 0666 as root, else 0600]
     #[arg(long, value_name = "OCTAL")]
     pub socket_mode: Option<String>,
-    /// Log format: text or json.
+    /// Log format on stderr: text (colours only on a terminal) or json (every line a JSON
+    /// object). [default: text]
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter (tracing EnvFilter syntax), e.g. info or corral=debug.
+    /// Log filter (tracing EnvFilter syntax), e.g. info or corral=debug. [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,
-    /// Seconds a session may stay unused before it expires.
+    /// Seconds a session may stay unused before it expires. [default: 3600]
     #[arg(long, value_name = "SECS")]
     pub session_idle_timeout: Option<u64>,
     /// Most sessions open at once; OpenSession beyond it is RESOURCE_EXHAUSTED.
+    /// [default: 1024]
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<u64>,
     /// Seconds in-flight calls get to finish after SIGTERM/SIGINT before they are cancelled.
+    /// [default: 10]
     #[arg(long, value_name = "SECS")]
     pub shutdown_grace: Option<u64>,
+    /// Seconds a ShellStream client may leave a command's output unread before the command is
+    /// cancelled (until then it is paused). [default: 30]
+    #[arg(long, value_name = "SECS")]
+    pub stream_stall_timeout: Option<u64>,
     /// Sandbox layers that may be missing on this host (degraded mode): namespaces, identity,
     /// landlock, seccomp. Sandboxed calls otherwise fail closed when one cannot be applied.
+    /// [default: none]
     #[arg(long, value_name = "LAYER", value_delimiter = ',')]
     pub allow_degraded: Option<Vec<String>>,
     /// Let calls that ask for escalation (`sandbox_permissions: "require_escalated"`) run in
-    /// danger-full-access. Off by default: such calls are refused.
+    /// danger-full-access; otherwise such calls are refused. [default: off]
     #[arg(long)]
     pub allow_escalation: bool,
     /// A directory of sandbox profiles (`NAME.toml`) replacing or adding to the built-in
-    /// read-only, workspace-write and danger-full-access profiles.
+    /// read-only, workspace-write and danger-full-access profiles. [default: none]
     #[arg(long, value_name = "DIR")]
     pub profiles_dir: Option<PathBuf>,
-    /// How root callers are treated: confined (sandboxed modes only, the default), trusted
-    /// (every mode, escalation too) or deny.
+    /// How root callers are treated: confined (sandboxed modes only), trusted (every mode,
+    /// escalation too) or deny. [default: confined]
     #[arg(long, value_enum)]
     pub root_callers: Option<RootCallers>,
     /// Allow plain TCP on loopback: every local user could then act as the daemon's user.
     /// Only for development; use a Unix socket (peer credentials identify the caller).
+    /// [default: off]
     #[arg(long)]
     pub insecure_loopback_tcp: bool,
     /// Audit log: a file (one JSON line per call; reopened on SIGHUP) or `-` for stdout.
+    /// [default: off]
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<String>,
     /// TLS certificate chain (PEM) for TCP. With --tls-key, TCP may listen on any address and
     /// callers authenticate with a client certificate or a bearer token (see [tls] and
-    /// [[tokens]] in the config file for the mappings to local users).
+    /// [[tokens]] in the config file for the mappings to local users). [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM) for TCP.
+    /// TLS private key (PEM) for TCP. [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
-    /// CA bundle (PEM) that signs client certificates; enables mTLS.
+    /// CA bundle (PEM) that signs client certificates; enables mTLS. [default: none]
     #[arg(long, value_name = "PEM")]
     pub tls_client_ca: Option<PathBuf>,
-    /// Serve Prometheus metrics on this address (HTTP `/metrics`). Off by default; a
-    /// non-loopback address needs metrics_public = true in the config file.
+    /// Serve Prometheus metrics on this address (HTTP `/metrics`); a non-loopback address
+    /// needs metrics_public = true in the config file. [default: off]
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Also serve grpc.health.v1, and nothing else, over plain TCP on this address: what
+    /// Kubernetes' native `grpc:` probe dials (it speaks neither TLS nor Unix sockets).
+    /// [default: off]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 /// The config file's keys (all optional).
@@ -152,8 +173,8 @@ struct FileConfig {
     tokens: Option<Vec<TokenConfig>>,
     metrics_listen: Option<std::net::SocketAddr>,
     metrics_public: Option<bool>,
+    health_listen: Option<std::net::SocketAddr>,
     /// Seconds a ShellStream client may leave output unread before its command is cancelled.
-    /// A config-file key only: a flag would make `ServeArgs` larger than clippy accepts.
     stream_stall_timeout: Option<u64>,
 }
 
@@ -189,6 +210,8 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// How long a ShellStream client may stop reading before its call is cancelled.
     pub stream_stall_timeout: Duration,
+    /// Where grpc.health.v1 alone is served over plain TCP (Kubernetes probes), if anywhere.
+    pub health_listen: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -333,12 +356,13 @@ impl Config {
                  the config file to expose metrics beyond this machine"
             ));
         }
-        let stream_stall_timeout = match file.stream_stall_timeout {
+        let stream_stall_timeout = match args.stream_stall_timeout.or(file.stream_stall_timeout) {
             Some(0) => return Err("stream_stall_timeout must be greater than zero".into()),
             Some(secs) => Duration::from_secs(secs),
             None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
         };
         Ok(Config {
+            health_listen: args.health_listen.or(file.health_listen),
             stream_stall_timeout,
             metrics_listen,
             tls,
@@ -371,6 +395,205 @@ impl Config {
             ),
         })
     }
+}
+
+impl Config {
+    /// The effective settings an operator wants to see at start and from `--check-config`, as
+    /// (name, value) rows: where the config came from, how callers reach and authenticate,
+    /// the policy in one line, and where the audit log and metrics go.
+    pub fn summary(&self) -> Vec<(&'static str, String)> {
+        let config = match &self.config_file {
+            Some(path) => path.display().to_string(),
+            None => "none (built-in defaults and flags)".into(),
+        };
+        let transport = match &self.listen {
+            ListenAddr::Unix(_) => format!(
+                "Unix socket, mode {:04o} when the daemon binds it; peer credentials say who \
+                 calls",
+                self.socket_mode
+            ),
+            ListenAddr::Tcp(_) if self.tls_enabled() => {
+                let mut ways = Vec::new();
+                if let Some(ca) = &self.tls.client_ca {
+                    ways.push(format!(
+                        "client certificates signed by {} ({} mapped to users)",
+                        ca.display(),
+                        self.tls.clients.len()
+                    ));
+                }
+                if !self.tokens.is_empty() {
+                    ways.push(format!("bearer tokens ({})", self.tokens.len()));
+                }
+                let ways = if ways.is_empty() {
+                    "nothing: every call is UNAUTHENTICATED until [[tokens]], or tls_client_ca \
+                     with [[tls.clients]], are configured"
+                        .to_string()
+                } else {
+                    ways.join(" or ")
+                };
+                format!(
+                    "TLS with {}; callers authenticate with {ways}",
+                    self.tls.cert.as_deref().unwrap_or(Path::new("")).display()
+                )
+            }
+            ListenAddr::Tcp(_) => {
+                "plain TCP on loopback (insecure_loopback_tcp): no caller identity, every call \
+                 runs as this daemon's user"
+                    .into()
+            }
+        };
+        let health = match self.health_listen {
+            Some(addr) => format!(
+                "grpc.health.v1 on the listen address, and alone on plain TCP {addr} (probes)"
+            ),
+            None => "grpc.health.v1 on the listen address".into(),
+        };
+        let rule = self.policy.rule_for(None, &[]);
+        let modes: Vec<&str> = rule.modes.iter().map(|m| m.as_str()).collect();
+        let degraded: Vec<&str> = self.degraded_layers.iter().map(|l| l.as_str()).collect();
+        let root = clap::ValueEnum::to_possible_value(&self.root_callers)
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default();
+        let policy = format!(
+            "modes {} by default; escalation {}; root callers {root}; degraded layers allowed: \
+             {}; {} user and {} group rule(s); at most {} sessions ({} per user by default), \
+             idle after {} s",
+            modes.join(", "),
+            if self.allow_escalation && rule.allow_escalation {
+                "allowed"
+            } else if self.allow_escalation {
+                "allowed only where a rule says so"
+            } else {
+                "off"
+            },
+            if degraded.is_empty() {
+                "none".to_string()
+            } else {
+                degraded.join(", ")
+            },
+            self.policy.users.len(),
+            self.policy.groups.len(),
+            self.max_sessions,
+            rule.max_sessions,
+            self.session_idle_timeout.as_secs(),
+        );
+        let audit = match self.audit_log.as_deref() {
+            None => "off".to_string(),
+            Some("-") => "stdout".to_string(),
+            Some(path) => path.to_string(),
+        };
+        let metrics = match self.metrics_listen {
+            Some(addr) => format!("http://{addr}/metrics"),
+            None => "off".into(),
+        };
+        let log = format!(
+            "{} on stderr, level {}",
+            match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            },
+            self.log_level
+        );
+        vec![
+            ("config", config),
+            ("listen", self.listen.to_string()),
+            ("transport", transport),
+            ("health", health),
+            ("policy", policy),
+            ("audit", audit),
+            ("metrics", metrics),
+            ("log", log),
+        ]
+    }
+
+    /// TLS serves the TCP listener (a certificate and key are set, and the daemon listens on
+    /// TCP).
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.cert.is_some()
+            && self.tls.key.is_some()
+            && matches!(self.listen, ListenAddr::Tcp(_))
+    }
+
+    /// What `load` leaves to the moment they are used, checked up front so that a config that
+    /// passes `--check-config` also starts: the TLS files hold what they should, the audit
+    /// log's directory exists, and the socket's directory (if it exists yet) is one the daemon
+    /// will accept. Reads files; binds and creates nothing.
+    pub fn check_files(&self) -> Result<(), String> {
+        if let Some(cert) = &self.tls.cert {
+            let chain = pem_certificates(cert, "tls_cert")?;
+            // rustls clients (the CLI and tonic clients among them) refuse a CA certificate
+            // as a server's, with a cryptic CaUsedAsEndEntity: say so at start instead.
+            if chain[0].parse_x509().is_ok_and(|leaf| leaf.is_ca()) {
+                return Err(format!(
+                    "tls_cert: the first certificate in {} is a CA certificate \
+                     (basicConstraints CA:TRUE), which TLS clients refuse as a server's; issue \
+                     one with CA:FALSE (e.g. openssl req -x509 ... -addext \
+                     basicConstraints=critical,CA:FALSE)",
+                    cert.display()
+                ));
+            }
+        }
+        if let Some(ca) = &self.tls.client_ca {
+            pem_certificates(ca, "tls_client_ca")?;
+        }
+        if let Some(key) = &self.tls.key {
+            let text = std::fs::read(key)
+                .map_err(|e| format!("tls_key: cannot read {}: {e}", key.display()))?;
+            let has_key = x509_parser::pem::Pem::iter_from_buffer(&text)
+                .any(|p| p.is_ok_and(|p| p.label.ends_with("PRIVATE KEY")));
+            if !has_key {
+                return Err(format!(
+                    "tls_key: {} holds no PEM private key (-----BEGIN PRIVATE KEY-----)",
+                    key.display()
+                ));
+            }
+        }
+        if let Some(log) = self.audit_log.as_deref().filter(|l| *l != "-") {
+            let dir = Path::new(log)
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(format!(
+                    "audit_log: the directory of {log} does not exist; create {} first",
+                    dir.display()
+                ));
+            }
+        }
+        if let ListenAddr::Unix(socket) = &self.listen
+            && socket.parent().is_some_and(|d| d.is_dir())
+        {
+            crate::daemon::socket::check_dir(socket, nix::unistd::geteuid().as_raw())?;
+        }
+        Ok(())
+    }
+}
+
+/// The certificates in a PEM file (at least one, each parsed); errors name the key and file.
+pub fn pem_certificates(path: &Path, key: &str) -> Result<Vec<x509_parser::pem::Pem>, String> {
+    let text =
+        std::fs::read(path).map_err(|e| format!("{key}: cannot read {}: {e}", path.display()))?;
+    let mut certs = Vec::new();
+    for pem in x509_parser::pem::Pem::iter_from_buffer(&text) {
+        let pem = pem.map_err(|e| format!("{key}: {} is not valid PEM: {e}", path.display()))?;
+        if pem.label != "CERTIFICATE" {
+            continue;
+        }
+        pem.parse_x509().map_err(|e| {
+            format!(
+                "{key}: a certificate in {} does not parse: {e}",
+                path.display()
+            )
+        })?;
+        certs.push(pem);
+    }
+    if certs.is_empty() {
+        return Err(format!(
+            "{key}: {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        ));
+    }
+    Ok(certs)
 }
 
 /// Re-reads the policy from the config file (SIGHUP); an error keeps the running policy.
@@ -463,6 +686,92 @@ mod tests {
                 .unwrap_err()
                 .contains("both tls_cert and tls_key")
         );
+    }
+
+    /// `corral serve --help` shows a default for every setting, and it is the one `load`
+    /// applies when neither a flag nor a key is given.
+    #[test]
+    fn serve_help_shows_the_defaults_that_load_applies() {
+        use clap::Args as _;
+        let command = ServeArgs::augment_args(clap::Command::new("serve"));
+        let cfg = Config::load(&ServeArgs {
+            // Explicit, so the test does not depend on XDG_RUNTIME_DIR or the uid.
+            listen: Some("unix:/run/corral/corral.sock".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap();
+        let off = |on: bool| if on { "on" } else { "off" }.to_string();
+        let none = |empty: bool| {
+            assert!(empty, "a setting without flag or key is not empty");
+            "none".to_string()
+        };
+        let expected: Vec<(&str, String)> = vec![
+            ("config", none(cfg.config_file.is_none())),
+            ("log_format", format!("{:?}", cfg.log_format).to_lowercase()),
+            ("log_level", cfg.log_level.clone()),
+            (
+                "session_idle_timeout",
+                cfg.session_idle_timeout.as_secs().to_string(),
+            ),
+            ("max_sessions", cfg.max_sessions.to_string()),
+            ("shutdown_grace", cfg.shutdown_grace.as_secs().to_string()),
+            (
+                "stream_stall_timeout",
+                cfg.stream_stall_timeout.as_secs().to_string(),
+            ),
+            ("allow_degraded", none(cfg.degraded_layers.is_empty())),
+            ("allow_escalation", off(cfg.allow_escalation)),
+            ("profiles_dir", "none".into()),
+            (
+                "root_callers",
+                clap::ValueEnum::to_possible_value(&cfg.root_callers)
+                    .unwrap()
+                    .get_name()
+                    .to_string(),
+            ),
+            ("insecure_loopback_tcp", "off".into()),
+            ("audit_log", off(cfg.audit_log.is_some())),
+            ("tls_cert", none(cfg.tls.cert.is_none())),
+            ("tls_key", none(cfg.tls.key.is_none())),
+            ("tls_client_ca", none(cfg.tls.client_ca.is_none())),
+            ("metrics_listen", off(cfg.metrics_listen.is_some())),
+            ("health_listen", off(cfg.health_listen.is_some())),
+        ];
+        let mut seen = 0;
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "check_config" {
+                continue; // an action, not a setting
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let shown = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, d)| d.strip_suffix(']'))
+                .unwrap_or_else(|| panic!("--{id}: its help shows no default: {help}"));
+            match id {
+                // They depend on who runs the daemon: both cases are named.
+                "listen" => assert!(
+                    shown.contains("unix:/run/corral/corral.sock as root")
+                        && shown.contains("$XDG_RUNTIME_DIR/corral/corral.sock"),
+                    "{shown}"
+                ),
+                "socket_mode" => {
+                    assert!(
+                        shown.contains(&format!("{:04o}", cfg.socket_mode)),
+                        "{shown}"
+                    )
+                }
+                _ => {
+                    let want = expected
+                        .iter()
+                        .find(|(k, _)| *k == id)
+                        .unwrap_or_else(|| panic!("--{id}: no expected default in this test"));
+                    assert_eq!(shown, want.1, "--{id}");
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, expected.len(), "a flag in this test no longer exists");
     }
 
     #[test]

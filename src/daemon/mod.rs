@@ -21,4 +21,5 @@ pub mod server;
 pub mod service;
 pub mod sessions;
 pub mod socket;
+pub mod startup;
 pub mod status;

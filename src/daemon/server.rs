@@ -13,6 +13,7 @@ use crate::daemon::listener;
 use crate::daemon::policy::PolicyConfig;
 use crate::daemon::service::CorralService;
 use crate::daemon::sessions::SessionStore;
+use crate::daemon::startup;
 use crate::pb::FILE_DESCRIPTOR_SET;
 use std::future::Future;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ pub async fn serve(
         tracing::info!(%addr, "serving Prometheus metrics");
     }
     let in_flight = InFlight::default();
-    let tls_on = config.tls.cert.is_some() && matches!(config.listen, ListenAddr::Tcp(_));
+    let tls_on = config.tls_enabled();
     let audit = Audit::new(config.audit_log.as_deref())?;
     let policy = Arc::new(std::sync::RwLock::new(config.policy.clone()));
     tokio::spawn(reload_on_sighup(
@@ -58,7 +59,6 @@ pub async fn serve(
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;
-    let notes = startup_notes(&probe, nix::unistd::geteuid().as_raw());
     let service = CorralService {
         sessions: sessions.clone(),
         executor: executor.clone(),
@@ -130,7 +130,7 @@ pub async fn serve(
             .map_err(|e| format!("tls: {e}"))?;
     }
     let router = builder
-        .add_service(health_service)
+        .add_service(health_service.clone())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(SessionsServer::new(service.clone()))
@@ -138,6 +138,26 @@ pub async fn serve(
         .add_service(ProcessesServer::new(service.clone()))
         .add_service(BridgeServer::new(service));
 
+    // Kubernetes' `grpc:` probe speaks neither TLS nor Unix sockets: the health service, and
+    // nothing else, on a plain TCP port of its own. Bound before the main listener, so the
+    // start-up block is printed only once everything it lists is up.
+    let health_only = match config.health_listen {
+        Some(addr) => {
+            let tcp = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr} (health_listen): {e}"))?;
+            // Anyone on the network may connect: few streams per connection, none long-lived
+            // (a probe's Check takes milliseconds; a Watch would otherwise be held forever).
+            Some(tokio::spawn(
+                Server::builder()
+                    .max_concurrent_streams(8)
+                    .timeout(Duration::from_secs(10))
+                    .add_service(health_service.clone())
+                    .serve_with_incoming(TcpListenerStream::new(tcp)),
+            ))
+        }
+        None => None,
+    };
     let expiry = tokio::spawn(expire_idle_sessions(sessions, executor.clone()));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let stopped = async {
@@ -154,7 +174,7 @@ pub async fn serve(
                 Some(l) => l,
                 None => listener::bind_unix(path, config.socket_mode)?,
             };
-            announce(&config.listen, &notes);
+            startup::announce(&config, &config.listen, &probe);
             tokio::spawn(router.serve_with_incoming_shutdown(UnixListenerStream::new(uds), stopped))
         }
         ListenAddr::Tcp(addr) => {
@@ -162,7 +182,7 @@ pub async fn serve(
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
             let bound = ListenAddr::Tcp(tcp.local_addr().map_err(|e| e.to_string())?);
-            announce(&bound, &notes);
+            startup::announce(&config, &bound, &probe);
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(tcp), stopped))
         }
     };
@@ -198,6 +218,9 @@ pub async fn serve(
         }
     }
     expiry.abort();
+    if let Some(health) = health_only {
+        health.abort();
+    }
     if let ListenAddr::Unix(path) = &config.listen
         && owns_socket_file
     {
@@ -205,62 +228,6 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// What a human starting the daemon must know beyond where it listens: whether sandboxed
-/// sessions work here (and if not, the fix), which layers run degraded, and, for a daemon that is
-/// not root, whom it serves and how it sandboxes.
-fn startup_notes(probe: &Result<Vec<crate::api::Layer>, String>, uid: u32) -> Vec<String> {
-    let layers = match probe {
-        Err(e) => {
-            return vec![format!(
-                "sandboxed sessions are unavailable on this host: read-only and workspace-write \
-                 calls fail with FAILED_PRECONDITION (danger-full-access still works): {e}"
-            )];
-        }
-        Ok(layers) => layers,
-    };
-    let mut notes = Vec::new();
-    if uid != 0 {
-        notes.push(format!(
-            "running as uid {uid}, not root: serving only uid {uid}; sandboxed sessions run in \
-             an unprivileged user namespace"
-        ));
-    }
-    let degraded: Vec<&str> = layers
-        .iter()
-        .filter(|l| l.status == crate::api::LayerStatus::Degraded as i32)
-        .map(|l| l.name.as_str())
-        .collect();
-    if !degraded.is_empty() {
-        notes.push(format!(
-            "degraded mode: sandboxed sessions run without {} (see `corral capabilities`)",
-            degraded.join(", ")
-        ));
-    }
-    notes
-}
-
-fn announce(addr: &ListenAddr, notes: &[String]) {
-    use std::io::Write;
-    tracing::info!(listen = %addr, "corral is serving");
-    let socket_flag = match addr {
-        ListenAddr::Unix(p) => format!("--socket {}", p.display()),
-        ListenAddr::Tcp(a) => format!("--socket tcp:{a}"),
-    };
-    // A human starting the daemon wants to know where it is and how to try it.
-    // The binary's own path, so the hint works before corral is installed on PATH.
-    let bin = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "corral".into());
-    // Not eprintln!: it panics when stderr is a closed pipe, and the daemon must keep serving.
-    let _ = writeln!(
-        std::io::stderr(),
-        "corral listening on {addr}\ntry: {bin} health {socket_flag}   or   {bin} list-dir {socket_flag} ."
-    );
-    for note in notes {
-        let _ = writeln!(std::io::stderr(), "corral: {note}");
-    }
 }
 
 /// Resolves when the server task ends on its own.
@@ -353,51 +320,4 @@ fn server_tls(config: &Config) -> Result<tonic::transport::ServerTlsConfig, Stri
             .client_auth_optional(true);
     }
     Ok(tls)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{Layer, LayerStatus};
-
-    fn layer(name: &str, status: LayerStatus) -> Layer {
-        Layer {
-            name: name.into(),
-            status: status as i32,
-            detail: String::new(),
-        }
-    }
-
-    #[test]
-    fn startup_notes_say_what_a_human_must_know() {
-        let fine = Ok(vec![layer("landlock", LayerStatus::Enforced)]);
-        assert!(startup_notes(&fine, 0).is_empty());
-        let user = startup_notes(&fine, 1000);
-        assert_eq!(user.len(), 1);
-        assert!(
-            user[0].contains("uid 1000, not root: serving only uid 1000"),
-            "{user:?}"
-        );
-        let failed = startup_notes(
-            &Err("sandbox unavailable: namespaces could not be applied: x. Fix it.".into()),
-            1000,
-        );
-        assert_eq!(failed.len(), 1);
-        assert!(
-            failed[0].contains("FAILED_PRECONDITION")
-                && failed[0].ends_with("namespaces could not be applied: x. Fix it."),
-            "{failed:?}"
-        );
-        let degraded = Ok(vec![
-            layer("namespaces", LayerStatus::Degraded),
-            layer("landlock", LayerStatus::Enforced),
-        ]);
-        let notes = startup_notes(&degraded, 0);
-        assert_eq!(
-            notes,
-            vec![
-                "degraded mode: sandboxed sessions run without namespaces (see `corral capabilities`)"
-            ]
-        );
-    }
 }

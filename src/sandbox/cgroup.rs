@@ -270,7 +270,7 @@ impl Drop for WorkerCgroup {
 /// Java runtimes and sanitizers reserve in the gigabytes without touching it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RlimitFallback {
-    pub resource: libc::__rlimit_resource_t,
+    pub resource: crate::sandbox::limits::Resource,
     pub name: &'static str,
     pub bytes: u64,
 }

@@ -21,6 +21,13 @@ use crate::sandbox::report::{Layer, LayerReport};
 
 const LAYER: &str = Layer::Limits.as_str();
 
+/// setrlimit's resource argument: glibc gives it its own type, musl (the static build) a plain
+/// int.
+#[cfg(target_env = "gnu")]
+pub type Resource = libc::__rlimit_resource_t;
+#[cfg(not(target_env = "gnu"))]
+pub type Resource = libc::c_int;
+
 fn limit_error(step: &str, err: impl std::fmt::Display) -> LayerError {
     LayerError::new(
         LAYER,
@@ -30,7 +37,7 @@ fn limit_error(step: &str, err: impl std::fmt::Display) -> LayerError {
 }
 
 /// The rlimits applied, as (resource, name, value).
-fn rlimits(limits: &ResourceLimits) -> [(libc::__rlimit_resource_t, &'static str, u64); 5] {
+fn rlimits(limits: &ResourceLimits) -> [(Resource, &'static str, u64); 5] {
     [
         (libc::RLIMIT_CORE, "RLIMIT_CORE", limits.core_bytes),
         (libc::RLIMIT_NPROC, "RLIMIT_NPROC", limits.processes),

@@ -545,9 +545,11 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
         std::ffi::CString::new(from.as_os_str().as_bytes())?,
         std::ffi::CString::new(to.as_os_str().as_bytes())?,
     );
-    // SAFETY: renameat2 with valid C strings.
+    // SAFETY: renameat2 with valid C strings. The raw syscall: musl (the static build) has no
+    // wrapper for it.
     let r = unsafe {
-        libc::renameat2(
+        libc::syscall(
+            libc::SYS_renameat2,
             libc::AT_FDCWD,
             f.as_ptr(),
             libc::AT_FDCWD,

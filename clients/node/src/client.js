@@ -5,6 +5,7 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { corralPackage } from './proto.js';
 import { fromGrpcError, CorralError, NotFoundError, PermissionDeniedError } from './errors.js';
+import { Files } from './files.js';
 import { Processes } from './processes.js';
 import { callOptions, dropUndefined, unary } from './rpc.js';
 
@@ -38,6 +39,39 @@ const FORMATS = {
 };
 
 const READ_MODES = { slice: 'READ_MODE_SLICE', indentation: 'READ_MODE_INDENTATION' };
+
+/** The sandbox mode of a session opened without one: the safe one, the same in both clients. */
+export const DEFAULT_MODE = 'read-only';
+
+// grpc.health.v1 without its generated code: the request and the answer are one field each.
+const HEALTH_CHECK = '/grpc.health.v1.Health/Check';
+const HEALTH_STATUS = ['UNKNOWN', 'SERVING', 'NOT_SERVING', 'SERVICE_UNKNOWN'];
+
+function varint(n) {
+  const out = [];
+  for (;;) {
+    const byte = n & 0x7f;
+    n >>>= 7;
+    if (n) out.push(byte | 0x80);
+    else return Buffer.from([...out, byte]);
+  }
+}
+
+function healthRequest(service) {
+  const raw = Buffer.from(service, 'utf8');
+  return raw.length ? Buffer.concat([Buffer.from([0x0a]), varint(raw.length), raw]) : Buffer.alloc(0);
+}
+
+function healthStatus(data) {
+  let status = 0;
+  if (data[0] === 0x08) {
+    for (let i = 1, shift = 0; i < data.length; i++, shift += 7) {
+      status |= (data[i] & 0x7f) << shift;
+      if (!(data[i] & 0x80)) break;
+    }
+  }
+  return HEALTH_STATUS[status] ?? String(status);
+}
 
 const STREAMS = { OUTPUT_STREAM_STDOUT: 'stdout', OUTPUT_STREAM_STDERR: 'stderr' };
 
@@ -212,6 +246,7 @@ export class Client {
     this._tools = new pkg.Tools(target, credentials, shared);
     this._bridge = new pkg.Bridge(target, credentials, shared);
     this._processes = new pkg.Processes(target, credentials, shared);
+    this._files = new pkg.Files(target, credentials, shared);
   }
 
   _opts(opts) {
@@ -230,6 +265,18 @@ export class Client {
     });
   }
 
+  /**
+   * The grpc.health.v1 status of the daemon (`service` empty) or one of its services:
+   * `'SERVING'`, `'NOT_SERVING'`, `'SERVICE_UNKNOWN'`, `'UNKNOWN'`.
+   * @param {string} [service]
+   * @param {CallOptions} [opts]
+   * @returns {Promise<string>}
+   */
+  health(service = '', opts) {
+    const stub = { check: (req, md, o, cb) => this._sessions.makeUnaryRequest(HEALTH_CHECK, (b) => b, (b) => b, req, md, o, cb) };
+    return unary(stub, 'check', healthRequest(service), this._opts(opts)).then(healthStatus);
+  }
+
   /** The daemon's version, tools and sandbox layers. @param {CallOptions} [opts] */
   capabilities(opts) {
     return unary(this._sessions, 'getCapabilities', {}, this._opts(opts));
@@ -241,18 +288,19 @@ export class Client {
    *   excludeTmpdirEnvVar?: boolean, excludeSlashTmp?: boolean, env?: Record<string, string>,
    *   profile?: string, shellTool?: 'unified_exec'|'shell_command'|'shell'|'none',
    *   applyPatchTool?: 'freeform'|'function'|'none', updatePlan?: boolean, viewImage?: boolean,
-   *   noImageInput?: boolean}} [settings]
-   *   `cwd` defaults to process.cwd(), `mode` to `workspace-write`; the environment is empty unless given.
+   *   noImageInput?: boolean, backgroundTerminalMaxTimeoutMs?: number}} [settings]
+   *   `cwd` defaults to process.cwd(), `mode` to `read-only`; the environment is empty unless given.
    *   The tool set: `shellTool` (default unified exec, as in Codex), `applyPatchTool` (default
    *   freeform), `updatePlan`/`viewImage` (default offered; `false` leaves them out);
-   *   `noImageInput`: the model takes no images (view_image answers Codex's refusal).
+   *   `noImageInput`: the model takes no images (view_image answers Codex's refusal);
+   *   `backgroundTerminalMaxTimeoutMs`: the longest an empty write_stdin poll waits (0: 300 000).
    * @param {CallOptions} [opts]
    * @returns {Promise<Session>}
    */
   async openSession(settings = {}, opts) {
     const req = dropUndefined({
       cwd: resolve(settings.cwd ?? process.cwd()),
-      mode: enumValue(MODES, settings.mode ?? 'workspace-write', 'SANDBOX_MODE_', 'sandbox mode'),
+      mode: enumValue(MODES, settings.mode ?? DEFAULT_MODE, 'SANDBOX_MODE_', 'sandbox mode'),
       writableRoots: settings.writableRoots,
       networkAccess: settings.networkAccess,
       excludeTmpdirEnvVar: settings.excludeTmpdirEnvVar,
@@ -265,6 +313,7 @@ export class Client {
       updatePlan: optionalBool(settings.updatePlan, 'updatePlan'),
       viewImage: optionalBool(settings.viewImage, 'viewImage'),
       noImageInput: optionalBool(settings.noImageInput, 'noImageInput'),
+      backgroundTerminalMaxTimeoutMs: settings.backgroundTerminalMaxTimeoutMs,
     });
     const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
     return new Session(this, res.sessionId, {
@@ -274,7 +323,8 @@ export class Client {
   }
 
   /**
-   * A handle on a session opened elsewhere (e.g. by another client).
+   * Attaches to a session opened earlier (by this or another client, e.g. another program):
+   * nothing is sent, an unknown id fails on the first call (NotFoundError).
    * @param {string} sessionId
    */
   session(sessionId) {
@@ -316,8 +366,18 @@ export class Client {
     );
   }
 
-  /** Closes the channel. */
+  /**
+   * Closes a session by id; NotFoundError if it is unknown, closed or expired.
+   * @param {string} sessionId
+   * @param {CallOptions} [opts]
+   */
+  async closeSession(sessionId, opts) {
+    await unary(this._sessions, 'closeSession', { sessionId }, this._opts(opts));
+  }
+
+  /** Closes the channel (sessions stay open on the daemon until closed or expired). */
   close() {
+    this._files.close();
     this._tools.close();
     this._bridge.close();
     this._processes.close();
@@ -348,6 +408,8 @@ export class Session {
     this.closed = false;
     /** The session's long-lived processes. */
     this.processes = new Processes(this);
+    /** Byte-exact file transfer: read, write, upload, download. */
+    this.files = new Files(this);
   }
 
   /**
@@ -392,6 +454,17 @@ export class Session {
     const { include, path, limit, ...call } = opts;
     const req = dropUndefined({ sessionId: this.id, pattern, include, path, limit });
     return unary(this.client._tools, 'grepFiles', req, this.client._opts(call));
+  }
+
+  /**
+   * Applies a patch (`*** Begin Patch` … `*** End Patch`) in the sandbox: `changes` per hunk,
+   * `text` as Codex returns it.
+   * @param {string} patch
+   * @param {CallOptions} [opts]
+   * @returns {Promise<{changes: {path: string, kind: string, movedFrom: string, unifiedDiff: string, overwritten: boolean}[], text: string, warnings: string[]}>}
+   */
+  applyPatch(patch, opts) {
+    return unary(this.client._tools, 'applyPatch', { sessionId: this.id, patch }, this.client._opts(opts));
   }
 
   /**
@@ -461,7 +534,7 @@ export class Session {
     if (this.closed) return;
     this.closed = true;
     try {
-      await unary(this.client._sessions, 'closeSession', { sessionId: this.id }, this.client._opts(opts));
+      await this.client.closeSession(this.id, opts);
     } catch (err) {
       if (!(err instanceof NotFoundError)) throw err;
     }

@@ -108,6 +108,12 @@ export class UnavailableError extends CorralError {}
 export class CancelledError extends CorralError {}
 export class InternalError extends CorralError {}
 export class UnimplementedError extends CorralError {}
+export class AlreadyExistsError extends CorralError {}
+export class AbortedError extends CorralError {}
+export class OutOfRangeError extends CorralError {}
+export class DataLossError extends CorralError {}
+export class UnauthenticatedError extends CorralError {}
+export class UnknownError extends CorralError {}
 
 const BY_CODE = {
   [grpc.status.INVALID_ARGUMENT]: InvalidArgumentError,
@@ -120,6 +126,12 @@ const BY_CODE = {
   [grpc.status.CANCELLED]: CancelledError,
   [grpc.status.INTERNAL]: InternalError,
   [grpc.status.UNIMPLEMENTED]: UnimplementedError,
+  [grpc.status.ALREADY_EXISTS]: AlreadyExistsError,
+  [grpc.status.ABORTED]: AbortedError,
+  [grpc.status.OUT_OF_RANGE]: OutOfRangeError,
+  [grpc.status.DATA_LOSS]: DataLossError,
+  [grpc.status.UNAUTHENTICATED]: UnauthenticatedError,
+  [grpc.status.UNKNOWN]: UnknownError,
 };
 
 /**

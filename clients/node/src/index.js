@@ -1,5 +1,6 @@
 // @corral/client: a thin Node.js client for corral.
-export { Client, Session, MAX_MESSAGE_BYTES, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
+export { Client, Session, DEFAULT_MODE, MAX_MESSAGE_BYTES, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
+export { Files, TransferChangedError } from './files.js';
 export { Processes, Process, Follower } from './processes.js';
 export { ResponsesAdapter, ChatCompletionsAdapter } from './adapters.js';
 export {
@@ -14,6 +15,12 @@ export {
   CancelledError,
   InternalError,
   UnimplementedError,
+  AlreadyExistsError,
+  AbortedError,
+  OutOfRangeError,
+  DataLossError,
+  UnauthenticatedError,
+  UnknownError,
   StatusName,
   decodeStatusDetails,
   fromGrpcError,

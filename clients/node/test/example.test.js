@@ -52,3 +52,54 @@ test('the example agent loop replays the transcript', async () => {
   assert.deepEqual(transcript.at(-1), final);
   assert.equal(transcript.length, 1 + 1 + calls.length * 2 + 1);
 });
+
+test('the example runs against OPENAI_BASE_URL', async () => {
+  // `node agent-loop.mjs "prompt"` as a user runs it, its model endpoint a local stand-in reached
+  // through OPENAI_BASE_URL (with OPENAI_API_KEY and OPENAI_MODEL).
+  const { createServer } = await import('node:http');
+  const { execFile } = await import('node:child_process');
+  const { promisify } = await import('node:util');
+  const ws2 = h.makeWorkspace({ 'hello.txt': 'hi\n' });
+  // The example opens a workspace-write session with /tmp writable: its daemon's state lives
+  // elsewhere.
+  const own = await h.startDaemon({ outsideTmp: true });
+  const replies = [
+    [{ type: 'function_call', name: 'list_dir', arguments: '{"dir_path":"."}', call_id: 'c1' }],
+    [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'done' }] }],
+  ];
+  const seen = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      seen.push({ path: req.url, auth: req.headers.authorization, body: JSON.parse(body) });
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ output: replies[seen.length - 1] }));
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [join(h.REPO_ROOT, 'examples', 'node', 'agent-loop.mjs'), 'look around'], {
+      cwd: ws2,
+      env: {
+        ...process.env,
+        CORRAL_SOCKET: `unix:${own.socket}`,
+        OPENAI_BASE_URL: `http://127.0.0.1:${server.address().port}/v1/`,
+        OPENAI_API_KEY: 'test-key',
+        OPENAI_MODEL: 'test-model',
+      },
+    });
+    assert.deepEqual(JSON.parse(stdout), replies[1][0]);
+  } finally {
+    server.close();
+    await own.stop();
+    h.removeWorkspace(ws2);
+  }
+  assert.deepEqual(seen.map((s) => [s.path, s.auth]), [['/v1/responses', 'Bearer test-key'], ['/v1/responses', 'Bearer test-key']]);
+  assert.equal(seen[0].body.model, 'test-model');
+  assert.deepEqual(seen[0].body.input, [{ role: 'user', content: 'look around' }]);
+  assert.ok(seen[0].body.tools.some((t) => t.name === 'list_dir'));
+  const result = seen[1].body.input.find((i) => i.type === 'function_call_output');
+  assert.equal(result.call_id, 'c1');
+  assert.equal(result.output, `Absolute path: ${ws2}/.\nhello.txt`);
+});

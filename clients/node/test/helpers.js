@@ -27,10 +27,16 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Starts a daemon. Its state directory and the workspaces are siblings under the temp dir; sessions
- * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state.
+ * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state —
+ * unless `outsideTmp` puts its state under the repository's target/ instead.
  */
-export async function startDaemon({ tcpPort, extraArgs = [] } = {}) {
-  const dir = mkdtempSync(join(tmpdir(), 'corral-node-daemon-'));
+export async function startDaemon({ tcpPort, extraArgs = [], outsideTmp = false } = {}) {
+  let base = tmpdir();
+  if (outsideTmp) {
+    base = join(REPO_ROOT, 'target', 'node-daemons');
+    mkdirSync(base, { recursive: true, mode: 0o755 });
+  }
+  const dir = mkdtempSync(join(base, 'corral-node-daemon-'));
   const socket = join(dir, 'corral.sock');
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');

@@ -7,9 +7,11 @@
             print(s.read_file("README.md", limit=5).text)
             for chunk in s.processes.start(["make", "test"]).follow():  # a long-lived process
                 print(chunk.data.decode(), end="")
+            s.files.upload("./data", "data")  # byte-exact transfer, either way
             adapter = ResponsesAdapter(s)   # tools() for the request, handle(item) for each call
 
-The protobuf messages are in ``corral_client.pb`` (``corral.v1``).
+The same on ``asyncio``: ``corral_client.aio.AsyncClient``. The protobuf messages are in
+``corral_client.pb`` (``corral.v1``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ except ImportError as _e:  # stubs not generated: a source checkout, not an inst
 else:
     from .adapters import ChatCompletionsAdapter, ResponsesAdapter
     from .client import MAX_MESSAGE_BYTES, Client, Session, ShellStream, check_socket, default_target
+    from .files import Files, TransferChanged
     from .errors import (
         Aborted,
         AlreadyExists,
@@ -79,6 +82,7 @@ __all__ = [
     "DeadlineExceeded",
     "FailedPrecondition",
     "FieldViolation",
+    "Files",
     "Follow",
     "Internal",
     "InvalidArgument",
@@ -95,6 +99,7 @@ __all__ = [
     "ResponsesAdapter",
     "Session",
     "ShellStream",
+    "TransferChanged",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",

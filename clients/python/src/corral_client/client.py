@@ -1,156 +1,32 @@
-"""The corral client: a channel to the daemon, sessions, the typed tool RPCs and the bridge."""
+"""The corral client: a channel to the daemon, sessions, the typed tool RPCs and the bridge.
+
+The blocking API; :mod:`corral_client.aio` is the same on ``asyncio``. Requests and answers are
+built and shaped in :mod:`corral_client._core`, shared by both.
+"""
 
 from __future__ import annotations
 
-import json
 import os
-import pwd
-import stat
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Union
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import grpc
 
+from . import _core
+from ._core import (
+    DEFAULT_MODE,
+    MAX_MESSAGE_BYTES,
+    PathLike,
+    check_socket,
+    default_target,
+)
+from ._core import grpc_target as _grpc_target  # noqa: F401  (tests and older imports)
 from ._proto import corral_pb2 as pb
-from ._proto import corral_pb2_grpc as pb_grpc
-from .errors import CorralError, PermissionDenied, from_rpc_error
+from .errors import CorralError, Unavailable, from_rpc_error
+from .files import Files
 from .processes import Processes
 
 __all__ = ["MAX_MESSAGE_BYTES", "Client", "Session", "ShellStream", "check_socket", "default_target", "pb"]
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-_MODES = {
-    "read-only": pb.SANDBOX_MODE_READ_ONLY,
-    "workspace-write": pb.SANDBOX_MODE_WORKSPACE_WRITE,
-    "danger-full-access": pb.SANDBOX_MODE_DANGER_FULL_ACCESS,
-}
-_FORMATS = {
-    "responses": pb.TOOL_FORMAT_RESPONSES,
-    "chat": pb.TOOL_FORMAT_CHAT_COMPLETIONS,
-    "chat-completions": pb.TOOL_FORMAT_CHAT_COMPLETIONS,
-    "chat_completions": pb.TOOL_FORMAT_CHAT_COMPLETIONS,
-}
-_READ_MODES = {"slice": pb.READ_MODE_SLICE, "indentation": pb.READ_MODE_INDENTATION}
-
-
-# The largest message either side of a call may carry: gRPC's default receive limit (4 MiB) is
-# less than a big read_file answer or a full ReadProcess (up to 4 MiB of output plus framing).
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-SOCKET_ENV = "CORRAL_SOCKET"
-SYSTEM_SOCKET = "/run/corral/corral.sock"
-
-
-def default_target() -> str:
-    """The daemon to call when no target is given: the socket rule shared with ``corral``
-    (``src/daemon/socket.rs``). ``$CORRAL_SOCKET``, else ``$XDG_RUNTIME_DIR/corral/corral.sock``
-    when not root and a daemon is there, else the system daemon ``/run/corral/corral.sock``.
-    Never a ``/tmp`` location another user could create first."""
-    env = os.environ.get(SOCKET_ENV)
-    if env:
-        return env
-    if os.geteuid() != 0:
-        runtime = os.environ.get("XDG_RUNTIME_DIR")
-        if runtime:
-            own = os.path.join(runtime, "corral", "corral.sock")
-            if os.path.exists(own):
-                return f"unix:{own}"
-    return f"unix:{SYSTEM_SOCKET}"
-
-
-def check_socket(path: str | os.PathLike[str], uid: int | None = None) -> None:
-    """Refuses a Unix socket another user could have planted (raises :class:`PermissionDenied`):
-    its directory must be owned by root or ``uid`` (default: this process's) and not writable by
-    group or others, and the socket itself owned by root or ``uid``. A missing socket passes (the
-    connection reports it). The same check as the ``corral`` CLI."""
-    me = os.geteuid() if uid is None else uid
-    path = os.fspath(path)
-    try:
-        sock = os.stat(path)
-    except FileNotFoundError:
-        return
-    directory = os.path.dirname(path) or "."
-    st = os.stat(directory)
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in (0, me) or mode & 0o022:
-        raise PermissionDenied(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"refusing socket {path}: its directory {directory} is owned by {_describe_uid(st.st_uid)} "
-            f"with mode {mode:04o}; a corral socket's directory must be owned by root or "
-            f"{_describe_uid(me)} and not writable by group or others, or another user could put an "
-            "impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)",
-        )
-    if sock.st_uid not in (0, me):
-        raise PermissionDenied(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"refusing socket {path}: it is owned by {_describe_uid(sock.st_uid)}, not by root or "
-            f"{_describe_uid(me)}; it may be an impostor",
-        )
-
-
-def _describe_uid(uid: int) -> str:
-    try:
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except KeyError:
-        return f"uid {uid}"
-
-
-def _grpc_target(target: str | os.PathLike[str] | None) -> tuple[str, bool]:
-    """Maps corral's address syntax to a gRPC target; returns (target, is_unix)."""
-    if target is None:
-        target = default_target()
-    target = os.fspath(target)
-    if target.startswith("unix:"):
-        path = target[len("unix:") :]
-        if path.startswith("//"):  # unix:///abs/path
-            path = path[2:]
-        return "unix:" + os.path.abspath(path), True
-    if target.startswith("tcp:"):
-        return target[len("tcp:") :], False
-    if (
-        target.startswith(("/", "./", "../", "~"))
-        or (os.sep in target and ":" not in target)
-        or os.path.exists(target)
-    ):
-        return "unix:" + os.path.abspath(os.path.expanduser(target)), True
-    return target, False  # host:port, dns:…, ipv4:…: gRPC's own syntax
-
-
-def _mode(mode: str | int) -> int:
-    if isinstance(mode, int):
-        return mode
-    key = mode.strip().lower().replace("_", "-")
-    if key.startswith("sandbox-mode-"):
-        key = key[len("sandbox-mode-") :]
-    try:
-        return _MODES[key]
-    except KeyError:
-        raise ValueError(f"unknown sandbox mode {mode!r}: use one of {', '.join(_MODES)}") from None
-
-
-def _format(fmt: str | int) -> int:
-    if isinstance(fmt, int):
-        return fmt
-    try:
-        return _FORMATS[fmt.strip().lower()]
-    except KeyError:
-        raise ValueError(f"unknown tool format {fmt!r}: use 'responses' or 'chat'") from None
-
-
-def _read_file_path(value: bytes | str | None) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    with open(value, "rb") as f:
-        return f.read()
-
-
-def _arguments(arguments: str | Mapping[str, Any] | None) -> str:
-    if arguments is None:
-        return "{}"
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
 
 
 class Client:
@@ -185,37 +61,23 @@ class Client:
         metadata: Sequence[tuple[str, str]] | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
     ):
-        self.target, is_unix = _grpc_target(target)
-        if is_unix:
-            # Never talk to an impostor (the same rule as the corral CLI).
-            check_socket(self.target[len("unix:") :])
-        opts = list(options or [])
-        for key in ("grpc.max_receive_message_length", "grpc.max_send_message_length"):
-            if not any(k == key for k, _ in opts):
-                opts.append((key, MAX_MESSAGE_BYTES))
-        if is_unix and not any(k == "grpc.default_authority" for k, _ in opts):
-            # gRPC C-core sends the socket path as :authority, which daemons older than the
-            # patched h2 (vendor/h2) reset as malformed (RST_STREAM, PROTOCOL_ERROR); "localhost"
-            # is the convention for Unix sockets.
-            opts.append(("grpc.default_authority", "localhost"))
-        if server_name:
-            opts.append(("grpc.ssl_target_name_override", server_name))
-        if credentials is None and (tls or root_certificates or private_key or certificate_chain):
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read_file_path(root_certificates),
-                private_key=_read_file_path(private_key),
-                certificate_chain=_read_file_path(certificate_chain),
-            )
+        self.target, credentials, opts = _core.channel_settings(
+            target,
+            tls=tls,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            credentials=credentials,
+            server_name=server_name,
+            options=options,
+        )
         if credentials is not None:
             self._channel = grpc.secure_channel(self.target, credentials, options=opts)
         else:
             self._channel = grpc.insecure_channel(self.target, options=opts)
         self.timeout = timeout
         self.metadata = tuple(metadata or ())
-        self._sessions = pb_grpc.SessionsStub(self._channel)
-        self._tools = pb_grpc.ToolsStub(self._channel)
-        self._bridge = pb_grpc.BridgeStub(self._channel)
-        self._processes = pb_grpc.ProcessesStub(self._channel)
+        self._stubs = _core.Stubs(self._channel)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -224,12 +86,34 @@ class Client:
         """The underlying gRPC channel (for other services on the same daemon)."""
         return self._channel
 
-    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+    def _kw(self, timeout: float | None) -> dict[str, Any]:
+        return {"timeout": self.timeout if timeout is None else timeout, "metadata": self.metadata or None}
+
+    def _unary(self, service: str, method: str, request: Any, timeout: float | None) -> Any:
+        """One unary call of ``service`` (an attribute of :class:`~corral_client._core.Stubs`)."""
         try:
-            return method(
-                request,
-                timeout=self.timeout if timeout is None else timeout,
-                metadata=self.metadata or None,
+            return getattr(getattr(self._stubs, service), method)(request, **self._kw(timeout))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def _unary_stream(self, service: str, method: str, request: Any, timeout: float | None) -> Iterator[Any]:
+        """The answers of a server-streaming call; its deadline is ``timeout`` only (a stream
+        may last longer than the client's default deadline of a unary call)."""
+        call = getattr(getattr(self._stubs, service), method)(
+            request, timeout=timeout, metadata=self.metadata or None
+        )
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()  # a no-op once the call is over; stops it when the caller stops early
+
+    def _stream_unary(self, service: str, method: str, requests: Iterable[Any], timeout: float | None) -> Any:
+        """A client-streaming call; its deadline is ``timeout`` only (like :meth:`_unary_stream`)."""
+        try:
+            return getattr(getattr(self._stubs, service), method)(
+                iter(requests), timeout=timeout, metadata=self.metadata or None
             )
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
@@ -249,8 +133,6 @@ class Client:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            from .errors import Unavailable
-
             raise Unavailable(
                 grpc.StatusCode.UNAVAILABLE, f"corral at {self.target} did not answer in {timeout}s"
             ) from None
@@ -259,27 +141,16 @@ class Client:
 
     def health(self, service: str = "", *, timeout: float | None = None) -> str:
         """``grpc.health.v1`` status of the daemon or one of its services: ``"SERVING"``, …"""
-        raw = service.encode()
-        request = (b"\n" + _varint(len(raw)) + raw) if raw else b""
-        check = self._channel.unary_unary(
-            "/grpc.health.v1.Health/Check",
-            request_serializer=lambda b: b,
-            response_deserializer=lambda b: b,
-        )
-        data = self._call(check, request, timeout)
-        status = 0
-        if data[:1] == b"\x08":
-            status, _ = _read_varint(data, 1)
-        return {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}.get(status, str(status))
+        return _core.health_status(self._unary("health", "Check", _core.health_request(service), timeout))
 
     def capabilities(self, *, timeout: float | None = None) -> pb.GetCapabilitiesResponse:
         """Version, tools, sandbox layers and limits of the daemon."""
-        return self._call(self._sessions.GetCapabilities, pb.GetCapabilitiesRequest(), timeout)
+        return self._unary("sessions", "GetCapabilities", pb.GetCapabilitiesRequest(), timeout)
 
     def open_session(
         self,
-        cwd: PathLike,
-        mode: str | int = "read-only",
+        cwd: PathLike | None = None,
+        mode: str | int = DEFAULT_MODE,
         *,
         writable_roots: Sequence[PathLike] = (),
         network_access: bool = False,
@@ -292,52 +163,42 @@ class Client:
         update_plan: bool | None = None,
         view_image: bool | None = None,
         no_image_input: bool = False,
+        background_terminal_max_timeout_ms: int | None = None,
         timeout: float | None = None,
     ) -> Session:
         """Opens a session; use it as a context manager so it is closed on exit.
 
-        ``cwd`` is made absolute (not resolved) on this side. ``mode`` is ``"read-only"``,
-        ``"workspace-write"`` or ``"danger-full-access"`` (or a ``SandboxMode`` value). ``env`` is the
-        whole environment commands get: corral passes none of its own, so give at least ``PATH``
-        (and ``HOME``) for shell commands. ``shell_tool`` picks the session's shell tool
-        (``"unified_exec"`` — the default, as in Codex —, ``"shell_command"``, ``"shell"`` or
-        ``"none"``) and ``apply_patch_tool`` its apply_patch form (``"freeform"``, ``"function"``,
-        ``"none"``); ``update_plan`` and ``view_image`` (default: offered, as in Codex) switch those
-        tools off with ``False``; ``tools()`` then lists exactly that set. ``no_image_input`` says
-        the model takes no images: view_image then answers Codex's refusal.
+        ``cwd`` (default: the current directory) is made absolute (not resolved) on this side.
+        ``mode`` is ``"read-only"`` (the default), ``"workspace-write"`` or
+        ``"danger-full-access"`` (or a ``SandboxMode`` value). ``env`` is the whole environment
+        commands get: corral passes none of its own, so give at least ``PATH`` (and ``HOME``) for
+        shell commands. ``shell_tool`` picks the session's shell tool (``"unified_exec"`` — the
+        default, as in Codex —, ``"shell_command"``, ``"shell"`` or ``"none"``) and
+        ``apply_patch_tool`` its apply_patch form (``"freeform"``, ``"function"``, ``"none"``);
+        ``update_plan`` and ``view_image`` (default: offered, as in Codex) switch those tools off
+        with ``False``; ``tools()`` then lists exactly that set. ``no_image_input`` says the model
+        takes no images: view_image then answers Codex's refusal.
+        ``background_terminal_max_timeout_ms`` is the longest an empty ``write_stdin`` poll waits
+        (0 or unset: Codex's 300 000).
         """
-        req = pb.OpenSessionRequest(
-            cwd=os.path.abspath(os.fspath(cwd)),
-            mode=_mode(mode),
-            writable_roots=[os.fspath(r) for r in writable_roots],
-            network_access=network_access,
-            env=dict(env or {}),
-            exclude_tmpdir_env_var=exclude_tmpdir_env_var,
-            exclude_slash_tmp=exclude_slash_tmp,
-        )
-        if profile:
-            req.profile = profile  # needs a daemon (and proto) with sandbox profiles
-        if shell_tool is not None:
-            req.shell_tool = _enum(pb.ShellTool, "SHELL_TOOL_", shell_tool)
-        if apply_patch_tool is not None:
-            req.apply_patch_tool = _enum(pb.ApplyPatchTool, "APPLY_PATCH_TOOL_", apply_patch_tool)
-        if update_plan is not None:
-            req.update_plan = update_plan
-        if view_image is not None:
-            req.view_image = view_image
-        if no_image_input:
-            req.no_image_input = True
-        resp = self._call(self._sessions.OpenSession, req, timeout)
-        return Session(self, resp)
+        req = _core.open_session_request(
+            cwd, mode, writable_roots=writable_roots, network_access=network_access, env=env,
+            exclude_tmpdir_env_var=exclude_tmpdir_env_var, exclude_slash_tmp=exclude_slash_tmp,
+            profile=profile, shell_tool=shell_tool, apply_patch_tool=apply_patch_tool,
+            update_plan=update_plan, view_image=view_image, no_image_input=no_image_input,
+            background_terminal_max_timeout_ms=background_terminal_max_timeout_ms,
+        )  # fmt: skip
+        return Session(self, self._unary("sessions", "OpenSession", req, timeout))
 
     def session(self, session_id: str) -> Session:
-        """A handle on a session opened earlier (by this or another client): nothing is sent, an
-        unknown id fails on the first call (NotFound). Leaving its ``with`` block closes it."""
+        """Attaches to a session opened earlier (by this or another client, e.g. another
+        program): nothing is sent, an unknown id fails on the first call (NotFound). Leaving its
+        ``with`` block closes it."""
         return Session(self, pb.OpenSessionResponse(session_id=session_id))
 
     def close_session(self, session_id: str, *, timeout: float | None = None) -> None:
         """Closes a session; NOT_FOUND if it is unknown, closed or expired."""
-        self._call(self._sessions.CloseSession, pb.CloseSessionRequest(session_id=session_id), timeout)
+        self._unary("sessions", "CloseSession", pb.CloseSessionRequest(session_id=session_id), timeout)
 
     # -- typed tool RPCs --------------------------------------------------------------------
 
@@ -358,19 +219,10 @@ class Client:
         ``IndentationOptions`` fields (anchor_line, max_levels, include_siblings, include_header,
         max_lines) as a dict or message.
         """
-        req = pb.ReadFileRequest(session_id=session_id, file_path=os.fspath(file_path))
-        if offset is not None:
-            req.offset = offset
-        if limit is not None:
-            req.limit = limit
-        if mode is not None:
-            req.mode = mode if isinstance(mode, int) else _READ_MODES[mode]
-        if indentation is not None:
-            if isinstance(indentation, pb.IndentationOptions):
-                req.indentation.CopyFrom(indentation)
-            else:
-                req.indentation.CopyFrom(pb.IndentationOptions(**indentation))
-        return self._call(self._tools.ReadFile, req, timeout)
+        req = _core.read_file_request(
+            session_id, file_path, offset=offset, limit=limit, mode=mode, indentation=indentation
+        )
+        return self._unary("tools", "ReadFile", req, timeout)
 
     def list_dir(
         self,
@@ -383,14 +235,8 @@ class Client:
         timeout: float | None = None,
     ) -> pb.ListDirResponse:
         """Lists a directory breadth-first; ``.entries`` are structured, ``.text`` is the model text."""
-        req = pb.ListDirRequest(session_id=session_id, dir_path=os.fspath(dir_path))
-        if offset is not None:
-            req.offset = offset
-        if limit is not None:
-            req.limit = limit
-        if depth is not None:
-            req.depth = depth
-        return self._call(self._tools.ListDir, req, timeout)
+        req = _core.list_dir_request(session_id, dir_path, offset=offset, limit=limit, depth=depth)
+        return self._unary("tools", "ListDir", req, timeout)
 
     def grep_files(
         self,
@@ -403,49 +249,13 @@ class Client:
         timeout: float | None = None,
     ) -> pb.GrepFilesResponse:
         """Files whose contents match ``pattern``, newest first (``.matches``, ``.text``)."""
-        req = pb.GrepFilesRequest(
-            session_id=session_id, pattern=pattern, include=include, path=os.fspath(path)
-        )
-        if limit is not None:
-            req.limit = limit
-        return self._call(self._tools.GrepFiles, req, timeout)
+        req = _core.grep_files_request(session_id, pattern, include=include, path=path, limit=limit)
+        return self._unary("tools", "GrepFiles", req, timeout)
 
-    def _shell_request(
-        self,
-        session_id: str,
-        command: Sequence[str] | None,
-        script: str | None,
-        workdir: PathLike,
-        timeout_ms: int | None,
-        login: bool | None,
-        with_escalated_permissions: bool,
-        justification: str,
-        truncation_bytes: int | None,
-        truncation_tokens: int | None,
-    ) -> pb.ShellRequest:
-        if isinstance(command, str):
-            raise TypeError("command is an argv list; pass a shell script as script=...")
-        if (command is None) == (script is None):
-            raise TypeError("give exactly one of command (an argv list) and script")
-        req = pb.ShellRequest(
-            session_id=session_id,
-            command=list(command or []),
-            script=script or "",
-            workdir=os.fspath(workdir),
-            with_escalated_permissions=with_escalated_permissions,
-            justification=justification,
-        )
-        if timeout_ms is not None:
-            req.timeout_ms = timeout_ms
-        if login is not None:
-            req.login = login
-        if truncation_bytes is not None and truncation_tokens is not None:
-            raise TypeError("give at most one of truncation_bytes and truncation_tokens")
-        if truncation_bytes is not None:
-            req.truncation.bytes = truncation_bytes
-        if truncation_tokens is not None:
-            req.truncation.tokens = truncation_tokens
-        return req
+    def apply_patch(self, session_id: str, patch: str, *, timeout: float | None = None) -> pb.ApplyPatchResponse:
+        """Applies a patch (``*** Begin Patch`` … ``*** End Patch``) in the sandbox: ``.changes``
+        per hunk, ``.text`` as Codex returns it."""
+        return self._unary("tools", "ApplyPatch", pb.ApplyPatchRequest(session_id=session_id, patch=patch), timeout)
 
     def shell(
         self,
@@ -467,11 +277,12 @@ class Client:
         A non-zero exit is data (``.exit_code``, ``.success``), not an error. ``timeout_ms`` is the
         command's own timeout; ``timeout`` the RPC deadline.
         """
-        req = self._shell_request(
-            session_id, command, script, workdir, timeout_ms, login,
-            with_escalated_permissions, justification, truncation_bytes, truncation_tokens,
+        req = _core.shell_request(
+            session_id, command, script=script, workdir=workdir, timeout_ms=timeout_ms, login=login,
+            with_escalated_permissions=with_escalated_permissions, justification=justification,
+            truncation_bytes=truncation_bytes, truncation_tokens=truncation_tokens,
         )  # fmt: skip
-        return self._call(self._tools.Shell, req, timeout)
+        return self._unary("tools", "Shell", req, timeout)
 
     def shell_stream(
         self,
@@ -489,16 +300,13 @@ class Client:
         timeout: float | None = None,
     ) -> ShellStream:
         """Like :meth:`shell`, streaming: iterate the returned :class:`ShellStream` for events."""
-        req = self._shell_request(
-            session_id, command, script, workdir, timeout_ms, login,
-            with_escalated_permissions, justification, truncation_bytes, truncation_tokens,
+        req = _core.shell_request(
+            session_id, command, script=script, workdir=workdir, timeout_ms=timeout_ms, login=login,
+            with_escalated_permissions=with_escalated_permissions, justification=justification,
+            truncation_bytes=truncation_bytes, truncation_tokens=truncation_tokens,
         )  # fmt: skip
         try:
-            call = self._tools.ShellStream(
-                req,
-                timeout=self.timeout if timeout is None else timeout,
-                metadata=self.metadata or None,
-            )
+            call = self._stubs.tools.ShellStream(req, **self._kw(timeout))
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         return ShellStream(call)
@@ -518,9 +326,8 @@ class Client:
         ``format`` is ``"responses"`` (OpenAI Responses API, with the freeform ``apply_patch``) or
         ``"chat"`` (Chat Completions).
         """
-        req = pb.ListToolsRequest(format=_format(format), session_id=session_id, exclude=list(exclude))
-        resp = self._call(self._bridge.ListTools, req, timeout)
-        return json.loads(resp.tools_json)
+        req = _core.list_tools_request(format, session_id=session_id, exclude=exclude)
+        return _core.tools_list(self._unary("bridge", "ListTools", req, timeout))
 
     def invoke(
         self,
@@ -539,33 +346,44 @@ class Client:
         as model text with ``success=False``; only session, transport and sandbox-setup failures
         raise.
         """
-        req = pb.InvokeRequest(
-            session_id=session_id,
-            name=name,
-            arguments=arguments if freeform and isinstance(arguments, str) else _arguments(arguments),
-            call_id=call_id,
-            freeform=freeform,
-        )
-        return self._call(self._bridge.Invoke, req, timeout)
+        req = _core.invoke_request(session_id, name, arguments, call_id=call_id, freeform=freeform)
+        return self._unary("bridge", "Invoke", req, timeout)
 
 
-class Session:
-    """An open session: the typed RPCs, the bridge and its processes, bound to its id.
+class SessionBase:
+    """What a session handle is, sync (:class:`Session`) or async (``corral_client.aio``)."""
 
-    A context manager: leaving the ``with`` block closes the session.
-    """
-
-    def __init__(self, client: Client, response: pb.OpenSessionResponse):
+    def __init__(self, client: Any, response: pb.OpenSessionResponse):
         self.client = client
         self.id: str = response.session_id
         self.writable_roots: list[str] = list(response.writable_roots)
         self.skipped_writable_roots: list[str] = list(response.skipped_writable_roots)
         self.closed = False
-        #: The session's long-lived processes (:class:`~corral_client.processes.Processes`).
-        self.processes = Processes(self)
 
     def __repr__(self) -> str:
-        return f"Session(id={self.id!r}, closed={self.closed})"
+        return f"{type(self).__name__}(id={self.id!r}, closed={self.closed})"
+
+    def _closed_ok(self, error: CorralError | None, missing_ok: bool) -> None:
+        """After a CloseSession: marks the session closed, or re-raises what failed."""
+        if error is not None and not (missing_ok and error.code == grpc.StatusCode.NOT_FOUND):
+            raise error
+        self.closed = True
+
+
+class Session(SessionBase):
+    """An open session: the typed RPCs, the bridge, its processes and files, bound to its id.
+
+    A context manager: leaving the ``with`` block closes the session.
+    """
+
+    client: Client
+
+    def __init__(self, client: Client, response: pb.OpenSessionResponse):
+        super().__init__(client, response)
+        #: The session's long-lived processes (:class:`~corral_client.processes.Processes`).
+        self.processes = Processes(self)
+        #: Byte-exact file transfer (:class:`~corral_client.files.Files`).
+        self.files = Files(self)
 
     def __enter__(self) -> Session:
         return self
@@ -580,9 +398,9 @@ class Session:
         try:
             self.client.close_session(self.id)
         except CorralError as e:
-            if not (missing_ok and e.code == grpc.StatusCode.NOT_FOUND):
-                raise
-        self.closed = True
+            self._closed_ok(e, missing_ok)
+        else:
+            self._closed_ok(None, missing_ok)
 
     def read_file(self, file_path: PathLike, **kw: Any) -> pb.ReadFileResponse:
         """See :meth:`Client.read_file`."""
@@ -595,6 +413,10 @@ class Session:
     def grep_files(self, pattern: str, **kw: Any) -> pb.GrepFilesResponse:
         """See :meth:`Client.grep_files`."""
         return self.client.grep_files(self.id, pattern, **kw)
+
+    def apply_patch(self, patch: str, **kw: Any) -> pb.ApplyPatchResponse:
+        """See :meth:`Client.apply_patch`."""
+        return self.client.apply_patch(self.id, patch, **kw)
 
     def shell(self, command: Sequence[str] | None = None, **kw: Any) -> pb.ShellResponse:
         """See :meth:`Client.shell`."""
@@ -629,8 +451,9 @@ class ShellStream:
     def __iter__(self) -> Iterator[pb.ShellStreamEvent]:
         try:
             for event in self._call:
-                if event.WhichOneof("event") == "end":
-                    self.result = event.end
+                result = _core.shell_event_result(event)
+                if result is not None:
+                    self.result = result
                 yield event
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
@@ -652,39 +475,3 @@ class ShellStream:
     def __exit__(self, *exc: object) -> None:
         if self.result is None:
             self.cancel()
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while pos < len(data):
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return result, pos
-
-
-def _enum(enum: Any, prefix: str, value: str | int) -> int:
-    """An enum value from its short name (``"shell_command"``), full name or number."""
-    if isinstance(value, int):
-        return value
-    name = value if value.startswith(prefix) else prefix + value.upper().replace("-", "_")
-    try:
-        return enum.Value(name)
-    except ValueError:
-        known = ", ".join(n[len(prefix):].lower() for n in enum.keys() if not n.endswith("UNSPECIFIED"))
-        raise ValueError(f"unknown {prefix.rstrip('_').lower()}: {value!r} (one of {known})") from None

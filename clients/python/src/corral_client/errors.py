@@ -147,26 +147,33 @@ _BY_CODE: dict[grpc.StatusCode, type[CorralError]] = {
 }
 
 
+_STATUS_DETAILS = "grpc-status-details-bin"
+
+
 def _decode_details(err: grpc.RpcError) -> list[Any]:
-    """The ``google.rpc.Status`` details of a failed call, unpacked where the type is known."""
+    """The ``google.rpc.Status`` details of a failed call (its ``grpc-status-details-bin``
+    trailer), unpacked where the type is known. The same for ``grpc`` and ``grpc.aio`` errors:
+    both carry their trailers."""
     try:
-        from grpc_status import rpc_status
-    except ImportError:  # pragma: no cover - grpcio-status is a dependency
+        trailers = err.trailing_metadata() or ()  # type: ignore[attr-defined]
+    except Exception:  # an error without a call (e.g. a cancelled future) has none
         return []
-    try:
-        status = rpc_status.from_call(err)  # type: ignore[arg-type]
-    except Exception:  # a malformed trailer must not hide the error itself
-        return []
-    if status is None:
+    raw = next((v for k, v in trailers if k == _STATUS_DETAILS), None)
+    if not isinstance(raw, bytes):
         return []
     from google.protobuf import descriptor_pool, message_factory
     from google.rpc import error_details_pb2  # noqa: F401  (registers the google.rpc types)
+    from google.rpc import status_pb2
 
+    try:
+        status = status_pb2.Status.FromString(raw)
+    except Exception:  # a malformed trailer must not hide the error itself
+        return []
     pool = descriptor_pool.Default()
     out: list[Any] = []
     for any_ in status.details:
         try:
-            cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(any_.TypeName()))
+            cls = _message_class(message_factory, pool.FindMessageTypeByName(any_.TypeName()))
         except KeyError:
             out.append(any_)
             continue
@@ -174,6 +181,13 @@ def _decode_details(err: grpc.RpcError) -> list[Any]:
         any_.Unpack(msg)
         out.append(msg)
     return out
+
+
+def _message_class(message_factory: Any, descriptor: Any) -> Any:
+    # GetMessageClass is protobuf >= 4.22; 4.21 has only the (since removed) MessageFactory.
+    if hasattr(message_factory, "GetMessageClass"):
+        return message_factory.GetMessageClass(descriptor)
+    return message_factory.MessageFactory(descriptor.file.pool).GetPrototype(descriptor)
 
 
 def from_rpc_error(err: grpc.RpcError) -> CorralError:

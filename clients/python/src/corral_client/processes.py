@@ -169,6 +169,125 @@ def _wait_ms(wait: float) -> int:
     return int(round(wait * 1000))
 
 
+# -- requests and answers, shared by the sync classes below and corral_client.aio -------------
+
+
+def start_request(
+    session_id: str,
+    argv: Sequence[str] | None,
+    *,
+    script: str | None,
+    workdir: PathLike | None,
+    tty: bool,
+    rows: int,
+    cols: int,
+    env: Mapping[str, str] | None,
+    escalated: bool,
+) -> pb.StartProcessRequest:
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv is a list; pass a shell script as script=...")
+    if (argv is None) == (script is None):
+        raise TypeError("give exactly one of argv (a list) and script")
+    req = pb.StartProcessRequest(
+        session_id=session_id,
+        workdir=os.fspath(workdir) if workdir is not None else "",
+        tty=tty,
+        rows=rows,
+        cols=cols,
+        env=dict(env or {}),
+        with_escalated_permissions=escalated,
+    )
+    if argv is not None:
+        req.argv.args.extend(argv)
+    else:
+        req.script = script or ""
+    return req
+
+
+def process_infos(resp: pb.ListProcessesResponse) -> list[ProcessInfo]:
+    return [
+        ProcessInfo(
+            id=p.process_id,
+            command=list(p.command),
+            tty=p.tty,
+            state=ProcessState._from_pb(p.state),
+            escalated=p.escalated,
+        )
+        for p in resp.processes
+    ]
+
+
+def write_request(session_id: str, process_id: int, data: bytes | str, close_stdin: bool) -> pb.WriteProcessRequest:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return pb.WriteProcessRequest(
+        session_id=session_id, process_id=process_id, data=bytes(data), close_stdin=close_stdin
+    )
+
+
+def read_request(
+    session_id: str, process_id: int, after_seq: int | Cursor | None, wait: float, max_bytes: int
+) -> pb.ReadProcessRequest:
+    req = pb.ReadProcessRequest(
+        session_id=session_id, process_id=process_id, wait_ms=_wait_ms(wait), max_bytes=max_bytes
+    )
+    seq = _cursor_seq(after_seq)
+    if seq is not None:
+        req.after_seq = seq
+    return req
+
+
+def read_result(resp: pb.ReadProcessResponse) -> ReadResult:
+    return ReadResult(
+        chunks=[OutputChunk(c.seq, c.offset, c.data) for c in resp.chunks],
+        gap=resp.gap,
+        more=resp.more,
+        last_seq=resp.last_seq if resp.HasField("last_seq") else None,
+        state=ProcessState._from_pb(resp.state),
+    )
+
+
+def read_timeout(default: float | None, wait: float, timeout: float | None) -> float | None:
+    """A waiting read must not hit the client's default deadline while it waits."""
+    if timeout is not None:
+        return timeout
+    return None if default is None else max(default, wait + 10.0)
+
+
+def terminated_state(resp: pb.TerminateProcessResponse) -> ProcessState:
+    return ProcessState._from_pb(resp.state)
+
+
+class WaitClock:
+    """The reads of :meth:`Process.wait`: each waits at most 30 s, until ``timeout`` is over."""
+
+    def __init__(self, timeout: float | None):
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def next_wait(self) -> float:
+        if self.deadline is None:
+            return _MAX_WAIT_S
+        return min(_MAX_WAIT_S, max(0.0, self.deadline - time.monotonic()))
+
+    def done(self, state: ProcessState) -> bool:
+        return state.closed or (self.deadline is not None and time.monotonic() >= self.deadline)
+
+
+class ProcessBase:
+    """What a process handle is, sync (:class:`Process`) or async (``corral_client.aio``)."""
+
+    def __init__(self, session: Any, process_id: int, *, tty: bool | None = None):
+        self.session = session
+        self.id = process_id
+        self.tty = tty
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id}, session={self.session.id!r})"
+
+    def _request(self, cls: Any, **fields: Any) -> Any:
+        return cls(session_id=self.session.id, process_id=self.id, **fields)
+
+
 class Processes:
     """``session.processes``: start, attach to and list the session's processes."""
 
@@ -197,24 +316,11 @@ class Processes:
         interleaved as they arrive. ``env`` adds to the session's environment. ``escalated`` runs
         it outside the sandbox, when the operator's policy allows escalation.
         """
-        if isinstance(argv, (str, bytes)):
-            raise TypeError("argv is a list; pass a shell script as script=...")
-        if (argv is None) == (script is None):
-            raise TypeError("give exactly one of argv (a list) and script")
-        req = pb.StartProcessRequest(
-            session_id=self.session.id,
-            workdir=os.fspath(workdir) if workdir is not None else "",
-            tty=tty,
-            rows=rows,
-            cols=cols,
-            env=dict(env or {}),
-            with_escalated_permissions=escalated,
-        )
-        if argv is not None:
-            req.argv.args.extend(argv)
-        else:
-            req.script = script or ""
-        resp = self.session.client._call(self.session.client._processes.StartProcess, req, timeout)
+        req = start_request(
+            self.session.id, argv, script=script, workdir=workdir, tty=tty, rows=rows, cols=cols,
+            env=env, escalated=escalated,
+        )  # fmt: skip
+        resp = self.session.client._unary("processes", "StartProcess", req, timeout)
         return Process(self.session, resp.process_id, tty=tty)
 
     def attach(self, process_id: int) -> Process:
@@ -224,35 +330,17 @@ class Processes:
 
     def list(self, *, timeout: float | None = None) -> list[ProcessInfo]:
         """The session's processes, by id."""
-        client = self.session.client
-        resp = client._call(
-            client._processes.ListProcesses, pb.ListProcessesRequest(session_id=self.session.id), timeout
-        )
-        return [
-            ProcessInfo(
-                id=p.process_id,
-                command=list(p.command),
-                tty=p.tty,
-                state=ProcessState._from_pb(p.state),
-                escalated=p.escalated,
-            )
-            for p in resp.processes
-        ]
+        req = pb.ListProcessesRequest(session_id=self.session.id)
+        return process_infos(self.session.client._unary("processes", "ListProcesses", req, timeout))
 
 
-class Process:
+class Process(ProcessBase):
     """A process of a session (from :meth:`Processes.start` or :meth:`Processes.attach`).
 
     A context manager: leaving the ``with`` block terminates it (an already gone process is fine).
     """
 
-    def __init__(self, session: Session, process_id: int, *, tty: bool | None = None):
-        self.session = session
-        self.id = process_id
-        self.tty = tty
-
-    def __repr__(self) -> str:
-        return f"Process(id={self.id}, session={self.session.id!r})"
+    session: Session
 
     def __enter__(self) -> Process:
         return self
@@ -265,18 +353,12 @@ class Process:
                 raise
 
     def _call(self, method: str, request: Any, timeout: float | None) -> Any:
-        client = self.session.client
-        return client._call(getattr(client._processes, method), request, timeout)
+        return self.session.client._unary("processes", method, request, timeout)
 
     def write(self, data: bytes | str, *, close_stdin: bool = False, timeout: float | None = None) -> None:
         """Writes to its stdin (the PTY, or the stdin pipe); a ``str`` is sent as UTF-8. At most
         1 MiB per call. ``close_stdin`` then closes the pipe (pipes only; on a PTY write ``"\\x04"``)."""
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        req = pb.WriteProcessRequest(
-            session_id=self.session.id, process_id=self.id, data=bytes(data), close_stdin=close_stdin
-        )
-        self._call("WriteProcess", req, timeout)
+        self._call("WriteProcess", write_request(self.session.id, self.id, data, close_stdin), timeout)
 
     def close_stdin(self, *, timeout: float | None = None) -> None:
         """Closes its stdin pipe (end of file for the process; pipes mode only)."""
@@ -294,27 +376,8 @@ class Process:
         ``None``: from the first retained byte), waiting up to ``wait`` seconds (at most 30) for
         some when there is none yet, at most ``max_bytes`` of it (0: 1 MiB; at most 4 MiB; the
         first chunk comes whole), and the process's state."""
-        req = pb.ReadProcessRequest(
-            session_id=self.session.id, process_id=self.id, wait_ms=_wait_ms(wait), max_bytes=max_bytes
-        )
-        seq = _cursor_seq(after_seq)
-        if seq is not None:
-            req.after_seq = seq
-        resp = self._call("ReadProcess", req, self._read_timeout(wait, timeout))
-        return ReadResult(
-            chunks=[OutputChunk(c.seq, c.offset, c.data) for c in resp.chunks],
-            gap=resp.gap,
-            more=resp.more,
-            last_seq=resp.last_seq if resp.HasField("last_seq") else None,
-            state=ProcessState._from_pb(resp.state),
-        )
-
-    def _read_timeout(self, wait: float, timeout: float | None) -> float | None:
-        # A waiting read must not hit the client's default deadline while it waits.
-        if timeout is not None:
-            return timeout
-        default = self.session.client.timeout
-        return None if default is None else max(default, wait + 10.0)
+        req = read_request(self.session.id, self.id, after_seq, wait, max_bytes)
+        return read_result(self._call("ReadProcess", req, read_timeout(self.session.client.timeout, wait, timeout)))
 
     def follow(
         self, after_seq: int | Cursor | None = None, wait: float = 1.0, max_bytes: int = 0
@@ -327,54 +390,33 @@ class Process:
     def wait(self, timeout: float | None = None) -> ProcessState:
         """Waits until the process and its whole tree are gone (``state.closed``), or ``timeout``
         seconds (``None``: no limit); returns the latest state. Reads no output."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        clock = WaitClock(timeout)
         while True:
-            left = _MAX_WAIT_S
-            if deadline is not None:
-                left = min(_MAX_WAIT_S, max(0.0, deadline - time.monotonic()))
-            state = self.read(_PAST_THE_END, wait=left).state
-            if state.closed or (deadline is not None and time.monotonic() >= deadline):
+            state = self.read(_PAST_THE_END, wait=clock.next_wait()).state
+            if clock.done(state):
                 return state
 
     def resize(self, rows: int, cols: int, *, timeout: float | None = None) -> None:
         """Sets its PTY's size (1..1000 each; TTY processes only)."""
-        req = pb.ResizeProcessRequest(session_id=self.session.id, process_id=self.id, rows=rows, cols=cols)
-        self._call("ResizeProcess", req, timeout)
+        self._call("ResizeProcess", self._request(pb.ResizeProcessRequest, rows=rows, cols=cols), timeout)
 
     def signal(self, sig: str | int, *, timeout: float | None = None) -> None:
         """Sends a signal to its process group: a name with or without ``SIG`` (``"INT"``,
         ``"SIGTERM"``), a number, or a :class:`signal.Signals`. Allowed: HUP, INT, QUIT, KILL,
         USR1, USR2, TERM, CONT, STOP, TSTP, WINCH."""
-        req = pb.SignalProcessRequest(
-            session_id=self.session.id, process_id=self.id, signal=_signal_name(sig)
-        )
-        self._call("SignalProcess", req, timeout)
+        self._call("SignalProcess", self._request(pb.SignalProcessRequest, signal=_signal_name(sig)), timeout)
 
     def terminate(self, *, timeout: float | None = None) -> ProcessState:
         """Kills its whole tree, waits until it is gone, and forgets the process (later calls
         naming it are NotFound); returns its final state."""
-        req = pb.TerminateProcessRequest(session_id=self.session.id, process_id=self.id)
-        return ProcessState._from_pb(self._call("TerminateProcess", req, timeout).state)
+        return terminated_state(self._call("TerminateProcess", self._request(pb.TerminateProcessRequest), timeout))
 
 
-class Follow:
-    """Iterates a process's output chunk by chunk until the output closes (:meth:`Process.follow`).
+class FollowCore:
+    """The bookkeeping of a follower, sync (:class:`Follow`) or async (``corral_client.aio``):
+    the cursor, the chunks read but not yet yielded, what was lost. Only the reads differ."""
 
-    **Resuming.** :attr:`cursor` is where the caller is: it covers exactly the chunks this
-    iterator has yielded. Stop at any time (``break``) and later iterate the same object again, or
-    pass the cursor to ``process.follow(after_seq=cursor)`` — on any client, even after this one
-    is closed (``client.session(id).processes.attach(process_id)``). Nothing is repeated and
-    nothing inside the retention window is lost.
-
-    **Gaps are reported, not raised.** When output after the cursor fell out of the retention
-    window (1 MiB: the first and the last 512 KiB), the next chunk's :attr:`OutputChunk.missed`
-    is the exact number of bytes lost right before it (from the offsets), and :attr:`missed_bytes`
-    adds up the losses of this iterator. The data yielded plus :attr:`missed_bytes` is always the
-    whole output after the starting cursor. :attr:`state` is the process's state as of the last
-    read.
-    """
-
-    def __init__(self, process: Process, after_seq: int | Cursor | None, wait: float, max_bytes: int):
+    def __init__(self, process: Any, after_seq: int | Cursor | None, wait: float, max_bytes: int):
         after_seq = _as_cursor(after_seq)
         _cursor_seq(after_seq)
         if isinstance(after_seq, Cursor):
@@ -408,27 +450,30 @@ class Follow:
         """The output is closed and every chunk has been yielded."""
         return self._closed and not self._pending
 
-    def __iter__(self) -> Iterator[OutputChunk]:
-        return self
+    def _next_pending(self) -> OutputChunk | None:
+        """The next chunk to yield from what was read, or None when a read is needed (or, once
+        :attr:`_closed`, when the output is over)."""
+        while self._pending:
+            chunk = self._take()
+            if chunk is not None:
+                return chunk
+        if self._closed:
+            self._account_tail()
+        return None
 
-    def __next__(self) -> OutputChunk:
-        while True:
-            while self._pending:
-                chunk = self._take()
-                if chunk is not None:
-                    return chunk
-            if self._closed:
-                self._account_tail()
-                raise StopIteration
-            r = self.process.read(self._seq, wait=self.wait, max_bytes=self.max_bytes)
-            self.state = r.state
-            if self._offset is None and r.gap and r.chunks:
-                # The gap is before the first chunk unless it is one between two of them.
-                between = any(b.offset != a.end for a, b in zip(r.chunks, r.chunks[1:]))
-                self._unknown_loss = not between
-            self._pending.extend(r.chunks)
-            if r.state.closed and not r.more:
-                self._closed = True
+    def _read_args(self) -> dict[str, Any]:
+        return {"after_seq": self._seq, "wait": self.wait, "max_bytes": self.max_bytes}
+
+    def _absorb(self, r: ReadResult) -> None:
+        """Takes in one read's answer."""
+        self.state = r.state
+        if self._offset is None and r.gap and r.chunks:
+            # The gap is before the first chunk unless it is one between two of them.
+            between = any(b.offset != a.end for a, b in zip(r.chunks, r.chunks[1:]))
+            self._unknown_loss = not between
+        self._pending.extend(r.chunks)
+        if r.state.closed and not r.more:
+            self._closed = True
 
     def _take(self) -> OutputChunk | None:
         """The next pending piece, with what was lost right before it; None when the caller
@@ -463,3 +508,35 @@ class Follow:
         if state.output_bytes > self._offset:
             self.missed_bytes += state.output_bytes - self._offset
             self._offset = state.output_bytes
+
+
+class Follow(FollowCore):
+    """Iterates a process's output chunk by chunk until the output closes (:meth:`Process.follow`).
+
+    **Resuming.** :attr:`cursor` is where the caller is: it covers exactly the chunks this
+    iterator has yielded. Stop at any time (``break``) and later iterate the same object again, or
+    pass the cursor to ``process.follow(after_seq=cursor)`` — on any client, even after this one
+    is closed (``client.session(id).processes.attach(process_id)``). Nothing is repeated and
+    nothing inside the retention window is lost.
+
+    **Gaps are reported, not raised.** When output after the cursor fell out of the retention
+    window (1 MiB: the first and the last 512 KiB), the next chunk's :attr:`OutputChunk.missed`
+    is the exact number of bytes lost right before it (from the offsets), and :attr:`missed_bytes`
+    adds up the losses of this iterator. The data yielded plus :attr:`missed_bytes` is always the
+    whole output after the starting cursor. :attr:`state` is the process's state as of the last
+    read.
+    """
+
+    process: Process
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        return self
+
+    def __next__(self) -> OutputChunk:
+        while True:
+            chunk = self._next_pending()
+            if chunk is not None:
+                return chunk
+            if self._closed:
+                raise StopIteration
+            self._absorb(self.process.read(**self._read_args()))
