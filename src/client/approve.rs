@@ -3,10 +3,10 @@
 //! answer with DecideApproval until the call has its result. Without a terminal the request is
 //! denied, unless `--approvals` decided in advance.
 
+use super::connect::Connection as Channel;
 use crate::api::{self, bridge_client::BridgeClient};
 use clap::ValueEnum;
 use std::io::{BufRead, IsTerminal, Write};
-use tonic::transport::Channel;
 
 /// `--approval-policy`: the session's approval policy.
 #[derive(Debug, Clone, Copy, ValueEnum)]

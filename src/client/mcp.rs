@@ -21,7 +21,8 @@ use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
+// The CLI's connection (a channel with the TCP bearer token, when one is set).
+use super::connect::Connection as Channel;
 
 use super::cli::{ModeArg, open_session_request, status_text};
 
