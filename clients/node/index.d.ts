@@ -75,12 +75,16 @@ export interface ShellResult {
   text: string;
   success: boolean;
   escalated: boolean;
+  /** Set when the command waits for the user's decision (then nothing else is). */
+  approval: ApprovalRequest | null;
 }
 
 export type ShellEvent =
   | { type: 'begin'; argv: string[]; cwd: string }
   | { type: 'delta'; seq: number; stream: 'stdout' | 'stderr' | 'unspecified'; data: Buffer }
-  | { type: 'end'; result: ShellResult };
+  | { type: 'end'; result: ShellResult }
+  /** The only event when the command waits for the user's decision (decideApproval runs it). */
+  | { type: 'approval'; request: ApprovalRequest };
 
 export interface ReadFileResult {
   path: string;
@@ -123,7 +127,35 @@ export interface InvokeResult {
   success: boolean;
   /** Only when the output is content items (view_image's image). */
   contentItems?: ContentItem[];
+  /** Only when the call waits for the user's decision (the session's approval policy). */
+  approval?: ApprovalRequest;
 }
+
+export type ApprovalPolicyName = 'untrusted' | 'on-failure' | 'on-request' | 'never';
+export type ApprovalDecisionName = 'approved' | 'approved_for_session' | 'denied';
+
+/** A call that needs the user's decision: answer it with decideApproval. */
+export interface ApprovalRequest {
+  approvalId: string;
+  /** The argv that would run. */
+  command: string[];
+  cwd: string;
+  /** e.g. `command failed; retry without sandbox?` (may be empty). */
+  reason: string;
+  /** The model's justification, if any. */
+  justification: string;
+  kind: 'APPROVAL_KIND_BEFORE_RUN' | 'APPROVAL_KIND_RETRY_UNSANDBOXED' | 'APPROVAL_KIND_ESCALATE';
+  expiresAtUnixMs: number;
+  /** What the model gets if the request is denied or expires. */
+  rejectedOutput: string;
+  callId: string;
+}
+
+/** The completed call an approval stood for. */
+export type DecidedCall =
+  | { result: 'invoke'; invoke: InvokeResult }
+  | { result: 'shell'; shell: ShellResult }
+  | { result: 'startProcess'; startProcess: { processId: number; approval: ApprovalRequest | null } };
 
 /** What a transfer moved. */
 export interface TransferSummary {
@@ -176,6 +208,10 @@ export interface SessionSettings {
   noImageInput?: boolean;
   /** The longest an empty write_stdin poll waits (0: Codex's 300 000). */
   backgroundTerminalMaxTimeoutMs?: number;
+  /** When command calls wait for the user's decision (unset: never asked). */
+  approvalPolicy?: ApprovalPolicyName;
+  /** How long a request waits for a decision (default ten minutes). */
+  approvalTimeoutMs?: number;
 }
 
 export interface ShellOptions extends CallOptions {
@@ -210,6 +246,11 @@ export class Client {
   closeSession(sessionId: string, opts?: CallOptions): Promise<void>;
   listTools(format?: ToolFormat, opts?: { sessionId?: string; exclude?: string[] } & CallOptions): Promise<object[]>;
   invoke(call: InvokeCall): Promise<InvokeResult>;
+  decideApproval(
+    call: { sessionId: string; approvalId: string; decision: ApprovalDecisionName | boolean } & CallOptions,
+  ): Promise<DecidedCall>;
+  /** Whether the `untrusted` policy would run this argv without asking. */
+  classifyCommand(command: string[], opts?: CallOptions): Promise<boolean>;
   close(): void;
   [Symbol.dispose](): void;
   [Symbol.asyncDispose](): Promise<void>;
@@ -242,6 +283,7 @@ export class Session {
   shellStream(command: string[] | string, opts?: ShellOptions): AsyncGenerator<ShellEvent, void, undefined>;
   listTools(format?: ToolFormat, opts?: { exclude?: string[] } & CallOptions): Promise<object[]>;
   invoke(name: string, args?: string | object, opts?: { callId?: string; freeform?: boolean } & CallOptions): Promise<InvokeResult>;
+  decideApproval(approvalId: string, decision: ApprovalDecisionName | boolean, opts?: CallOptions): Promise<DecidedCall>;
   close(opts?: CallOptions): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -399,7 +441,12 @@ export interface ChatToolMessage {
 export interface AdapterOptions {
   exclude?: string[];
   onResult?: (call: object, result: InvokeResult) => void;
+  /** Decides the session's approval requests (default: deny). */
+  onApproval?: (request: ApprovalRequest) => ApprovalDecisionName | boolean | Promise<ApprovalDecisionName | boolean>;
 }
+
+/** The default onApproval: every request is denied. */
+export function denyAll(): 'denied';
 
 export class ResponsesAdapter {
   constructor(session: Session, options?: AdapterOptions);

@@ -1,4 +1,10 @@
 // Agent-loop adapters: turn a model's tool calls into the items the next request needs, via Invoke.
+//
+// Under a session's approval policy a call may come back as an approval request instead of a
+// result. The adapters then ask `onApproval(request)` (default: deny) and answer the daemon until
+// the call has its result, so the model always gets what Codex would send it: the command's
+// output, or `exec command rejected by user`.
+import { DeadlineExceededError } from './errors.js';
 
 /**
  * @typedef {import('./client.js').Session} Session
@@ -10,6 +16,37 @@
  *   | {id: string, type: 'custom', custom: {name: string, input: string}}} ChatToolCall
  * @typedef {{role: 'tool', tool_call_id: string, content: string | object[]}} ChatToolMessage
  */
+
+/** The default `onApproval`: nobody is there to ask, so every request is denied. */
+export function denyAll() {
+  return 'denied';
+}
+
+/**
+ * `result` with its approval requests answered by `onApproval` (which may be async) until it is
+ * a result. A request that expired before the answer arrived gives the model its `rejectedOutput`.
+ */
+async function settle(session, result, onApproval) {
+  while (result.approval) {
+    const request = result.approval;
+    const decision = await onApproval(request);
+    let decided;
+    try {
+      decided = await session.decideApproval(request.approvalId, decision);
+    } catch (err) {
+      // Expired on the daemon (not this call's own deadline): nothing ran.
+      if (err instanceof DeadlineExceededError && /expired at/.test(err.message)) {
+        return { callId: request.callId, output: request.rejectedOutput, success: false };
+      }
+      throw err;
+    }
+    if (decided.result !== 'invoke') {
+      throw new Error(`the daemon answered a model call's approval with ${decided.result}`);
+    }
+    result = decided.invoke;
+  }
+  return result;
+}
 
 /** An output's content items (view_image's image) as Responses API input items. */
 function contentItems(result) {
@@ -47,13 +84,20 @@ function chatContent(result) {
 export class ResponsesAdapter {
   /**
    * @param {Session} session
-   * @param {{exclude?: string[], onResult?: (call: object, result: import('./client.js').InvokeResult) => void}} [options]
-   *   `exclude`: tool names to leave out of tools(); `onResult`: sees each call's success flag.
+   * @param {{exclude?: string[], onResult?: (call: object, result: import('./client.js').InvokeResult) => void,
+   *   onApproval?: (request: object) => string | boolean | Promise<string | boolean>}} [options]
+   *   `exclude`: tool names to leave out of tools(); `onResult`: sees each call's success flag;
+   *   `onApproval`: decides the session's approval requests (default: deny).
    */
   constructor(session, options = {}) {
     this.session = session;
     this.exclude = options.exclude;
     this.onResult = options.onResult;
+    this.onApproval = options.onApproval ?? denyAll;
+  }
+
+  async _invoke(name, args, opts) {
+    return settle(this.session, await this.session.invoke(name, args, opts), this.onApproval);
   }
 
   /** The list for the request's `tools` field. @returns {Promise<object[]>} */
@@ -73,13 +117,13 @@ export class ResponsesAdapter {
    */
   async handle(item) {
     if (item?.type === 'function_call') {
-      const result = await this.session.invoke(item.name, item.arguments ?? '{}', { callId: item.call_id });
+      const result = await this._invoke(item.name, item.arguments ?? '{}', { callId: item.call_id });
       this.onResult?.(item, result);
       const items = contentItems(result);
       return { type: 'function_call_output', call_id: item.call_id, output: items.length ? items : result.output };
     }
     if (item?.type === 'custom_tool_call') {
-      const result = await this.session.invoke(item.name, item.input ?? '', { callId: item.call_id, freeform: true });
+      const result = await this._invoke(item.name, item.input ?? '', { callId: item.call_id, freeform: true });
       this.onResult?.(item, result);
       return { type: 'custom_tool_call_output', call_id: item.call_id, output: result.output };
     }
@@ -106,11 +150,16 @@ export class ResponsesAdapter {
  * content parts Codex sends (`{type: 'image_url', image_url: {url: 'data:…'}}`).
  */
 export class ChatCompletionsAdapter {
-  /** @param {Session} session @param {{exclude?: string[], onResult?: Function}} [options] */
+  /**
+   * @param {Session} session
+   * @param {{exclude?: string[], onResult?: Function, onApproval?: Function}} [options] as for
+   *   ResponsesAdapter
+   */
   constructor(session, options = {}) {
     this.session = session;
     this.exclude = options.exclude;
     this.onResult = options.onResult;
+    this.onApproval = options.onApproval ?? denyAll;
   }
 
   /** The list for the request's `tools` field (function tools only). @returns {Promise<object[]>} */
@@ -134,6 +183,7 @@ export class ChatCompletionsAdapter {
     } else {
       throw new TypeError(`unsupported tool call type: ${toolCall.type}`);
     }
+    result = await settle(this.session, result, this.onApproval);
     this.onResult?.(toolCall, result);
     return { role: 'tool', tool_call_id: toolCall.id, content: chatContent(result) };
   }

@@ -40,6 +40,37 @@ const FORMATS = {
 
 const READ_MODES = { slice: 'READ_MODE_SLICE', indentation: 'READ_MODE_INDENTATION' };
 
+const APPROVAL_POLICIES = {
+  untrusted: 'APPROVAL_POLICY_UNTRUSTED',
+  'on-failure': 'APPROVAL_POLICY_ON_FAILURE',
+  'on-request': 'APPROVAL_POLICY_ON_REQUEST',
+  never: 'APPROVAL_POLICY_NEVER',
+};
+
+const DECISIONS = {
+  approved: 'APPROVAL_DECISION_APPROVED',
+  approved_for_session: 'APPROVAL_DECISION_APPROVED_FOR_SESSION',
+  denied: 'APPROVAL_DECISION_DENIED',
+};
+
+/**
+ * An ApprovalDecision from `'approved'`, `'approved_for_session'`, `'denied'` (or the enum's
+ * name); `true` approves once, `false`/`null`/`undefined` deny.
+ */
+function decisionValue(decision) {
+  if (decision === true) return DECISIONS.approved;
+  if (decision === false || decision === null || decision === undefined) return DECISIONS.denied;
+  return enumValue(DECISIONS, decision, 'APPROVAL_DECISION_', 'approval decision');
+}
+
+/** An Invoke answer without the fields it does not carry (content items, approval). */
+function invokeResult(res) {
+  // `contentItems` (view_image's image) only when there are any.
+  if (!res.contentItems?.length) delete res.contentItems;
+  if (!res.approval) delete res.approval;
+  return res;
+}
+
 /** The sandbox mode of a session opened without one: the safe one, the same in both clients. */
 export const DEFAULT_MODE = 'read-only';
 
@@ -288,12 +319,16 @@ export class Client {
    *   excludeTmpdirEnvVar?: boolean, excludeSlashTmp?: boolean, env?: Record<string, string>,
    *   profile?: string, shellTool?: 'unified_exec'|'shell_command'|'shell'|'none',
    *   applyPatchTool?: 'freeform'|'function'|'none', updatePlan?: boolean, viewImage?: boolean,
-   *   noImageInput?: boolean, backgroundTerminalMaxTimeoutMs?: number}} [settings]
+   *   noImageInput?: boolean, backgroundTerminalMaxTimeoutMs?: number,
+   *   approvalPolicy?: 'untrusted'|'on-failure'|'on-request'|'never', approvalTimeoutMs?: number}} [settings]
    *   `cwd` defaults to process.cwd(), `mode` to `read-only`; the environment is empty unless given.
    *   The tool set: `shellTool` (default unified exec, as in Codex), `applyPatchTool` (default
    *   freeform), `updatePlan`/`viewImage` (default offered; `false` leaves them out);
    *   `noImageInput`: the model takes no images (view_image answers Codex's refusal);
    *   `backgroundTerminalMaxTimeoutMs`: the longest an empty write_stdin poll waits (0: 300 000).
+   *   `approvalPolicy` (unset: nothing is asked) makes some command calls come back with an
+   *   `approval` request instead of a result (see decideApproval); a request waits
+   *   `approvalTimeoutMs` (default ten minutes).
    * @param {CallOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -314,6 +349,8 @@ export class Client {
       viewImage: optionalBool(settings.viewImage, 'viewImage'),
       noImageInput: optionalBool(settings.noImageInput, 'noImageInput'),
       backgroundTerminalMaxTimeoutMs: settings.backgroundTerminalMaxTimeoutMs,
+      approvalPolicy: enumValue(APPROVAL_POLICIES, settings.approvalPolicy, 'APPROVAL_POLICY_', 'approval policy'),
+      approvalTimeoutMs: settings.approvalTimeoutMs,
     });
     const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
     return new Session(this, res.sessionId, {
@@ -358,12 +395,37 @@ export class Client {
       args = JSON.stringify(args);
     }
     return unary(this._bridge, 'invoke', { sessionId, name, arguments: args, callId, freeform }, this._opts(opts)).then(
-      (res) => {
-        // `contentItems` (view_image's image) only when there are any.
-        if (!res.contentItems?.length) delete res.contentItems;
-        return res;
-      },
+      invokeResult,
     );
+  }
+
+  /**
+   * Answers an approval request (an `approval` on an invoke, shell or startProcess answer) with
+   * `'approved'`, `'approved_for_session'` or `'denied'`; resolves to the completed call:
+   * `{result: 'invoke', invoke}`, `{result: 'shell', shell}` or `{result: 'startProcess',
+   * startProcess}` (which may carry a new request). Unknown id: NotFoundError; decided already:
+   * FailedPreconditionError; expired: DeadlineExceededError (give the model the request's
+   * `rejectedOutput`).
+   * @param {{sessionId: string, approvalId: string, decision: string | boolean} & CallOptions} call
+   */
+  async decideApproval({ sessionId, approvalId, decision, ...opts }) {
+    const req = { sessionId, approvalId, decision: decisionValue(decision) };
+    const res = await unary(this._bridge, 'decideApproval', req, this._opts(opts));
+    const out = { result: res.result };
+    if (res.result === 'invoke') out.invoke = invokeResult(res.invoke);
+    else if (res.result) out[res.result] = res[res.result];
+    return out;
+  }
+
+  /**
+   * Whether the `untrusted` policy would run this argv without asking (it is known safe).
+   * @param {string[]} command
+   * @param {CallOptions} [opts]
+   * @returns {Promise<boolean>}
+   */
+  async classifyCommand(command, opts) {
+    const res = await unary(this._bridge, 'classifyCommand', { command }, this._opts(opts));
+    return res.knownSafe;
   }
 
   /**
@@ -498,6 +560,7 @@ export class Session {
           const d = ev.delta;
           yield { type: 'delta', seq: d.seq, stream: STREAMS[d.stream] ?? 'unspecified', data: d.data };
         } else if (ev.event === 'end') yield { type: 'end', result: ev.end };
+        else if (ev.event === 'approval') yield { type: 'approval', request: ev.approval };
       }
       finished = true;
     } catch (err) {
@@ -527,6 +590,16 @@ export class Session {
    */
   invoke(name, args = '{}', opts = {}) {
     return this.client.invoke({ ...opts, sessionId: this.id, name, arguments: args });
+  }
+
+  /**
+   * Answers one of this session's approval requests; see Client.decideApproval.
+   * @param {string} approvalId
+   * @param {string | boolean} decision
+   * @param {CallOptions} [opts]
+   */
+  decideApproval(approvalId, decision, opts = {}) {
+    return this.client.decideApproval({ ...opts, sessionId: this.id, approvalId, decision });
   }
 
   /** Closes the session (idempotent; an already expired session counts as closed). */

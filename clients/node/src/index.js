@@ -2,7 +2,7 @@
 export { Client, Session, DEFAULT_MODE, MAX_MESSAGE_BYTES, SOCKET_ENV, SYSTEM_SOCKET, checkSocket, defaultTarget, parseTarget } from './client.js';
 export { Files, TransferChangedError } from './files.js';
 export { Processes, Process, Follower } from './processes.js';
-export { ResponsesAdapter, ChatCompletionsAdapter } from './adapters.js';
+export { ResponsesAdapter, ChatCompletionsAdapter, denyAll } from './adapters.js';
 export {
   CorralError,
   InvalidArgumentError,

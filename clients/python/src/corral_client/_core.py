@@ -260,6 +260,8 @@ def open_session_request(
     view_image: bool | None,
     no_image_input: bool,
     background_terminal_max_timeout_ms: int | None,
+    approval_policy: str | int | None = None,
+    approval_timeout_ms: int | None = None,
 ) -> pb.OpenSessionRequest:
     req = pb.OpenSessionRequest(
         cwd=os.path.abspath(os.getcwd() if cwd is None else os.fspath(cwd)),
@@ -284,6 +286,10 @@ def open_session_request(
         req.no_image_input = True
     if background_terminal_max_timeout_ms is not None:
         req.background_terminal_max_timeout_ms = background_terminal_max_timeout_ms
+    if approval_policy is not None:
+        req.approval_policy = _enum(pb.ApprovalPolicy, "APPROVAL_POLICY_", approval_policy)
+    if approval_timeout_ms is not None:
+        req.approval_timeout_ms = approval_timeout_ms
     return req
 
 
@@ -389,6 +395,30 @@ def invoke_request(
         call_id=call_id,
         freeform=freeform,
     )
+
+
+def decision_value(decision: str | int | bool | None) -> int:
+    """An ``ApprovalDecision`` from ``"approved"``, ``"approved_for_session"``, ``"denied"``
+    (or the enum's full name or number); ``True`` approves once, ``False``/``None`` deny."""
+    if decision is True:
+        return pb.APPROVAL_DECISION_APPROVED
+    if decision is False or decision is None:
+        return pb.APPROVAL_DECISION_DENIED
+    return _enum(pb.ApprovalDecision, "APPROVAL_DECISION_", decision)
+
+
+def decide_approval_request(
+    session_id: str, approval_id: str, decision: str | int | bool | None
+) -> pb.DecideApprovalRequest:
+    return pb.DecideApprovalRequest(
+        session_id=session_id, approval_id=approval_id, decision=decision_value(decision)
+    )
+
+
+def rejected_invoke(request: pb.ApprovalRequest) -> pb.InvokeResponse:
+    """What the model gets for an approval nobody answered in time: the request's own
+    ``rejected_output`` (Codex's ``exec command rejected by user``), success false."""
+    return pb.InvokeResponse(call_id=request.call_id, output=request.rejected_output, success=False)
 
 
 def shell_event_result(event: pb.ShellStreamEvent) -> pb.ShellResponse | None:

@@ -5,16 +5,53 @@ corral's answer (exactly what Codex would send back) in the item the API expects
 
 Items may be plain dicts or the OpenAI SDK's objects (anything with the same attributes); the
 adapters always return plain dicts.
+
+Under a session's approval policy a call may come back as an approval request instead of a
+result. The adapters then ask ``on_approval(request)`` (default: deny) and answer the daemon until
+the call has its result, so the model always gets what Codex would send it: the command's output,
+or ``exec command rejected by user``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Union
 
+from . import _core
+from ._proto import corral_pb2 as pb
 from .client import Session
+from .errors import DeadlineExceeded
 
-__all__ = ["ChatCompletionsAdapter", "ResponsesAdapter"]
+__all__ = ["ChatCompletionsAdapter", "ResponsesAdapter", "deny_all"]
+
+# The user's decision on an ApprovalRequest: "approved", "approved_for_session", "denied" (or the
+# enum), True (approve once) or False/None (deny).
+Decision = Union[str, int, bool, None]
+OnApproval = Callable[[pb.ApprovalRequest], Decision]
+
+
+def deny_all(request: pb.ApprovalRequest) -> Decision:
+    """The default ``on_approval``: nobody is there to ask, so every request is denied."""
+    return "denied"
+
+
+def _settled(session: Session, resp: pb.InvokeResponse, on_approval: OnApproval) -> pb.InvokeResponse:
+    """``resp`` with its approval requests answered by ``on_approval`` until it is a result. A
+    request that expired before the answer arrived gives the model its ``rejected_output``."""
+    while resp.HasField("approval"):
+        request = resp.approval
+        decision = on_approval(request)
+        try:
+            decided = session.decide_approval(request.approval_id, decision)
+        except DeadlineExceeded as e:
+            # Expired on the daemon (not this call's own deadline): nothing ran.
+            if "expired at" not in str(e):
+                raise
+            return _core.rejected_invoke(request)
+        if decided.WhichOneof("result") != "invoke":
+            raise RuntimeError(f"the daemon answered a model call's approval with {decided.WhichOneof('result')!r}")
+        resp = decided.invoke
+    return resp
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -68,14 +105,22 @@ class ResponsesAdapter:
     ``function_call_output`` / ``custom_tool_call_output`` input item for the next request. Every
     tool of the session's set goes the same way (``exec_command``/``write_stdin``, ``update_plan``,
     …); an output made of content items (view_image's image) is sent as that array of
-    ``input_image``/``input_text`` items.
+    ``input_image``/``input_text`` items. ``on_approval(request)`` decides the session's approval
+    requests (see the module docs; default: deny).
     """
 
     TOOL_CALL_TYPES = ("function_call", "custom_tool_call")
 
-    def __init__(self, session: Session, *, exclude: Sequence[str] = ()):
+    def __init__(
+        self, session: Session, *, exclude: Sequence[str] = (), on_approval: OnApproval | None = None
+    ):
         self.session = session
         self.exclude = tuple(exclude)
+        self.on_approval = on_approval or deny_all
+
+    def _invoke(self, name: str, arguments: str, call_id: str, freeform: bool = False) -> pb.InvokeResponse:
+        resp = self.session.invoke(name, arguments, call_id=call_id, freeform=freeform)
+        return _settled(self.session, resp, self.on_approval)
 
     def tools(self) -> list[dict[str, Any]]:
         return self.session.list_tools("responses", exclude=self.exclude)
@@ -88,11 +133,11 @@ class ResponsesAdapter:
         call_id = _require(item, "call_id", kind or "item")
         name = _require(item, "name", kind or "item")
         if kind == "function_call":
-            resp = self.session.invoke(name, _get(item, "arguments") or "{}", call_id=call_id)
+            resp = self._invoke(name, _get(item, "arguments") or "{}", call_id)
             items = _content_items(resp)
             return {"type": "function_call_output", "call_id": call_id, "output": items or resp.output}
         if kind == "custom_tool_call":
-            resp = self.session.invoke(name, _get(item, "input") or "", call_id=call_id, freeform=True)
+            resp = self._invoke(name, _get(item, "input") or "", call_id, freeform=True)
             return {"type": "custom_tool_call_output", "call_id": call_id, "output": resp.output}
         raise ValueError(f"not a tool call item: type {kind!r}")
 
@@ -108,12 +153,16 @@ class ChatCompletionsAdapter:
     ``handle(tool_call)`` runs one entry of an assistant message's ``tool_calls`` and returns the
     ``{"role": "tool", ...}`` message that answers it. Its ``content`` is the output text, or for
     an output made of content items (view_image's image) the content parts Codex sends
-    (``{"type": "image_url", "image_url": {"url": "data:…"}}``).
+    (``{"type": "image_url", "image_url": {"url": "data:…"}}``). ``on_approval(request)`` decides
+    the session's approval requests (see the module docs; default: deny).
     """
 
-    def __init__(self, session: Session, *, exclude: Sequence[str] = ()):
+    def __init__(
+        self, session: Session, *, exclude: Sequence[str] = (), on_approval: OnApproval | None = None
+    ):
         self.session = session
         self.exclude = tuple(exclude)
+        self.on_approval = on_approval or deny_all
 
     def tools(self) -> list[dict[str, Any]]:
         return self.session.list_tools("chat", exclude=self.exclude)
@@ -131,6 +180,7 @@ class ChatCompletionsAdapter:
             resp = self.session.invoke(name, _get(custom, "input") or "", call_id=call_id, freeform=True)
         else:
             raise ValueError(f"unsupported tool call type {kind!r}")
+        resp = _settled(self.session, resp, self.on_approval)
         return {"role": "tool", "tool_call_id": call_id, "content": _chat_content(resp)}
 
     def handle_message(self, message: Any) -> list[dict[str, Any]]:

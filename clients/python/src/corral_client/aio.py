@@ -212,6 +212,8 @@ class AsyncClient:
         view_image: bool | None = None,
         no_image_input: bool = False,
         background_terminal_max_timeout_ms: int | None = None,
+        approval_policy: str | int | None = None,
+        approval_timeout_ms: int | None = None,
         timeout: float | None = None,
     ) -> AsyncSession:
         """Opens a session (``async with await client.open_session(...) as s``); the settings
@@ -223,6 +225,7 @@ class AsyncClient:
             profile=profile, shell_tool=shell_tool, apply_patch_tool=apply_patch_tool,
             update_plan=update_plan, view_image=view_image, no_image_input=no_image_input,
             background_terminal_max_timeout_ms=background_terminal_max_timeout_ms,
+            approval_policy=approval_policy, approval_timeout_ms=approval_timeout_ms,
         )  # fmt: skip
         return AsyncSession(self, await self._unary("sessions", "OpenSession", req, timeout))
 
@@ -366,6 +369,23 @@ class AsyncClient:
         req = _core.invoke_request(session_id, name, arguments, call_id=call_id, freeform=freeform)
         return await self._unary("bridge", "Invoke", req, timeout)
 
+    async def decide_approval(
+        self,
+        session_id: str,
+        approval_id: str,
+        decision: str | int | bool | None,
+        *,
+        timeout: float | None = None,
+    ) -> pb.DecideApprovalResponse:
+        """See :meth:`corral_client.Client.decide_approval`."""
+        req = _core.decide_approval_request(session_id, approval_id, decision)
+        return await self._unary("bridge", "DecideApproval", req, timeout)
+
+    async def classify_command(self, command: Sequence[str], *, timeout: float | None = None) -> bool:
+        """See :meth:`corral_client.Client.classify_command`."""
+        req = pb.ClassifyCommandRequest(command=list(command))
+        return (await self._unary("bridge", "ClassifyCommand", req, timeout)).known_safe
+
 
 class AsyncSession(SessionBase):
     """An open session (:meth:`AsyncClient.open_session`, :meth:`AsyncClient.session`): the
@@ -419,6 +439,11 @@ class AsyncSession(SessionBase):
 
     async def invoke(self, name: str, arguments: str | Mapping[str, Any] | None, **kw: Any) -> pb.InvokeResponse:
         return await self.client.invoke(self.id, name, arguments, **kw)
+
+    async def decide_approval(
+        self, approval_id: str, decision: str | int | bool | None, **kw: Any
+    ) -> pb.DecideApprovalResponse:
+        return await self.client.decide_approval(self.id, approval_id, decision, **kw)
 
 
 class AsyncShellStream:

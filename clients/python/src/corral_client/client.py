@@ -164,6 +164,8 @@ class Client:
         view_image: bool | None = None,
         no_image_input: bool = False,
         background_terminal_max_timeout_ms: int | None = None,
+        approval_policy: str | int | None = None,
+        approval_timeout_ms: int | None = None,
         timeout: float | None = None,
     ) -> Session:
         """Opens a session; use it as a context manager so it is closed on exit.
@@ -179,7 +181,10 @@ class Client:
         with ``False``; ``tools()`` then lists exactly that set. ``no_image_input`` says the model
         takes no images: view_image then answers Codex's refusal.
         ``background_terminal_max_timeout_ms`` is the longest an empty ``write_stdin`` poll waits
-        (0 or unset: Codex's 300 000).
+        (0 or unset: Codex's 300 000). ``approval_policy`` (``"untrusted"``, ``"on-failure"``,
+        ``"on-request"``, ``"never"``; unset: nothing is asked) makes some command calls come back
+        with an ``approval`` request instead of a result (see :meth:`decide_approval`); a request
+        waits ``approval_timeout_ms`` (default ten minutes).
         """
         req = _core.open_session_request(
             cwd, mode, writable_roots=writable_roots, network_access=network_access, env=env,
@@ -187,6 +192,7 @@ class Client:
             profile=profile, shell_tool=shell_tool, apply_patch_tool=apply_patch_tool,
             update_plan=update_plan, view_image=view_image, no_image_input=no_image_input,
             background_terminal_max_timeout_ms=background_terminal_max_timeout_ms,
+            approval_policy=approval_policy, approval_timeout_ms=approval_timeout_ms,
         )  # fmt: skip
         return Session(self, self._unary("sessions", "OpenSession", req, timeout))
 
@@ -349,6 +355,27 @@ class Client:
         req = _core.invoke_request(session_id, name, arguments, call_id=call_id, freeform=freeform)
         return self._unary("bridge", "Invoke", req, timeout)
 
+    def decide_approval(
+        self,
+        session_id: str,
+        approval_id: str,
+        decision: str | int | bool | None,
+        *,
+        timeout: float | None = None,
+    ) -> pb.DecideApprovalResponse:
+        """Answers an approval request (an ``approval`` on an Invoke, Shell or StartProcess
+        answer) with ``"approved"``, ``"approved_for_session"`` or ``"denied"``; returns the
+        completed call (``.invoke``, ``.shell`` or ``.start_process``), which may carry a new
+        request. Unknown id: :class:`NotFound`; decided already: :class:`FailedPrecondition`;
+        expired: :class:`DeadlineExceeded` (give the model the request's ``rejected_output``)."""
+        req = _core.decide_approval_request(session_id, approval_id, decision)
+        return self._unary("bridge", "DecideApproval", req, timeout)
+
+    def classify_command(self, command: Sequence[str], *, timeout: float | None = None) -> bool:
+        """Whether ``untrusted`` would run this argv without asking (it is known safe)."""
+        req = pb.ClassifyCommandRequest(command=list(command))
+        return self._unary("bridge", "ClassifyCommand", req, timeout).known_safe
+
 
 class SessionBase:
     """What a session handle is, sync (:class:`Session`) or async (``corral_client.aio``)."""
@@ -433,6 +460,10 @@ class Session(SessionBase):
     def invoke(self, name: str, arguments: str | Mapping[str, Any] | None, **kw: Any) -> pb.InvokeResponse:
         """See :meth:`Client.invoke`."""
         return self.client.invoke(self.id, name, arguments, **kw)
+
+    def decide_approval(self, approval_id: str, decision: str | int | bool | None, **kw: Any) -> pb.DecideApprovalResponse:
+        """See :meth:`Client.decide_approval`."""
+        return self.client.decide_approval(self.id, approval_id, decision, **kw)
 
 
 class ShellStream:
