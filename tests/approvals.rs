@@ -248,6 +248,41 @@ async fn on_failure_asks_after_a_denial_and_the_approved_rerun_reaches_the_model
             row("rejected", "retry_unsandboxed", "denied"),
         ]
     );
+
+    // The other command tools: shell_command's script, and exec_command's process when it
+    // exits denied within its call (Codex's unified exec retries those too).
+    for (tool, args, file) in [
+        (
+            "shell_command",
+            json!({ "command": format!("echo sc > {}/sc", out.path().display()) }),
+            "sc",
+        ),
+        (
+            "exec_command",
+            json!({ "cmd": format!("echo ec > {}/ec", out.path().display()), "yield_time_ms": 5000 }),
+            "ec",
+        ),
+    ] {
+        let r = f.call(&id, tool, &args).await;
+        let a = r
+            .approval
+            .unwrap_or_else(|| panic!("{tool}: no retry question: {}", r.output));
+        assert_eq!(a.kind, ApprovalKind::RetryUnsandboxed as i32, "{tool}");
+        assert!(!out.path().join(file).exists());
+        let done = f.decided(&id, &a, ApprovalDecision::Approved).await;
+        assert!(done.approval.is_none(), "{tool}: {done:?}");
+        assert_eq!(
+            std::fs::read_to_string(out.path().join(file)).unwrap(),
+            format!("{file}\n"),
+            "{tool}: {}",
+            done.output
+        );
+    }
+    // A command that fails for its own reasons is not a denial: no question.
+    let r = f
+        .call(&id, "shell", &shell(&["bash", "-c", "exit 3"]))
+        .await;
+    assert!(r.approval.is_none() && !r.success, "{r:?}");
 }
 
 /// Done when (2): under untrusted, `ls` runs at once and `rm x` waits for a decision (x stays

@@ -38,6 +38,11 @@ pub fn call(tool: &str, outcome: &str, elapsed: Duration) {
         .increment(1);
     metrics::histogram!(CALL_SECONDS, "tool" => tool.to_string()).record(elapsed.as_secs_f64());
     if outcome == "denied" {
-        metrics::counter!(DENIALS, "tool" => tool.to_string()).increment(1);
+        denial(tool);
     }
+}
+
+/// Records a sandbox denial whose call did not end with it (it waits for a retry decision).
+pub fn denial(tool: &str) {
+    metrics::counter!(DENIALS, "tool" => tool.to_string()).increment(1);
 }

@@ -492,6 +492,7 @@ impl CorralService {
             ) {
                 AfterDenial::Stand => {}
                 AfterDenial::Ask => {
+                    crate::daemon::metrics::denial(&trace.tool);
                     return self.ask(
                         trace,
                         &session,
