@@ -716,6 +716,24 @@ async fn bad_decisions_are_refused_and_run_nothing() {
         e.message()
     );
     assert!(!marker.exists(), "a second decision runs nothing");
+    // Two decisions racing for one request: exactly one is taken, and the command runs once.
+    let append = shell(&["bash", "-c", "echo once >> raced"]);
+    let raced = f.call(&id, "shell", &append).await.approval.unwrap();
+    let (mut b1, mut b2) = (f.d.bridge().await, f.d.bridge().await);
+    let (r1, r2) = tokio::join!(
+        decide_on(&mut b1, &id, &raced.approval_id, ApprovalDecision::Approved),
+        decide_on(&mut b2, &id, &raced.approval_id, ApprovalDecision::Approved),
+    );
+    let codes =
+        [r1.map(|_| Code::Ok), r2.map(|_| Code::Ok)].map(|r| r.unwrap_or_else(|e| e.code()));
+    assert!(
+        codes.contains(&Code::Ok) && codes.contains(&Code::FailedPrecondition),
+        "{codes:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("raced")).unwrap(),
+        "once\n"
+    );
 
     // Too late: DEADLINE_EXCEEDED, naming the time and the text for the model.
     let quick = f
@@ -1022,10 +1040,10 @@ async fn classify_command_tells_known_safe_commands() {
     }
 }
 
-/// `corral invoke` answers approval requests: without a terminal it denies (saying why) unless
-/// `--approvals` decided in advance.
+/// `corral invoke` answers approval requests: on a terminal it asks, without one it denies
+/// (saying why) unless `--approvals` decided in advance.
 #[tokio::test]
-async fn the_cli_denies_without_a_terminal_unless_told() {
+async fn the_cli_asks_on_its_terminal_and_denies_without_one() {
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
     let run = |extra: &[&str]| {
@@ -1059,6 +1077,44 @@ async fn the_cli_denies_without_a_terminal_unless_told() {
     let (code, out, err) = run(&["--approvals", "approve"]);
     assert_eq!(code, Some(0), "{out} {err}");
     assert!(cwd.path().join("m").exists());
+
+    // On a terminal (a pty from script(1)) it asks, and takes the answer typed there.
+    let ask = |answer: &str, file: &str| {
+        let cmd = format!(
+            "{} invoke shell '{{\"command\":[\"touch\",\"{file}\"]}}' --socket {} \
+             --mode workspace-write --approval-policy untrusted --cwd {}",
+            common::CORRAL,
+            d.target(),
+            cwd.path().display()
+        );
+        let out = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(format!("{answer}\n").as_bytes())?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = ask("n", "tty-no");
+    assert!(
+        shown.contains("approve this command to run in the sandbox?")
+            && shown.contains("$ touch tty-no")
+            && shown.contains("[y]es, [n]o, [a]lways"),
+        "{shown}"
+    );
+    assert!(shown.contains(REJECTED), "{shown}");
+    assert!(!cwd.path().join("tty-no").exists());
+    let shown = ask("y", "tty-yes");
+    assert!(cwd.path().join("tty-yes").exists(), "{shown}");
 }
 
 /// The model cannot approve its own commands: a sandboxed process that reaches a daemon's
