@@ -180,7 +180,7 @@ async fn download(
         .into_inner();
     let mut out = BTreeMap::new();
     let mut filling: Option<(String, u32, u64, Vec<u8>)> = None;
-    let mut done = |f: Option<(String, u32, u64, Vec<u8>)>, out: &mut BTreeMap<String, Node>| {
+    let done = |f: Option<(String, u32, u64, Vec<u8>)>, out: &mut BTreeMap<String, Node>| {
         if let Some((p, mode, size, bytes)) = f {
             assert_eq!(bytes.len() as u64, size, "{p}: data matches its size");
             out.insert(p, Node::File(mode, bytes));
@@ -342,4 +342,815 @@ async fn round_trip(who: &RunAs) {
         download(&d, &ro, "copy/all-bytes").await.unwrap().0[""],
         want["all-bytes"]
     );
+}
+
+/// The status of a refused upload.
+async fn refused(d: &Daemon, msgs: Vec<api::UploadRequest>) -> tonic::Status {
+    upload(d, msgs).await.expect_err("the upload is refused")
+}
+
+#[tokio::test]
+async fn set_id_bits_are_refused_and_never_set() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let s = d.open(ws.path(), WW).await;
+    for mode in [0o4755, 0o2755, 0o6777, 0o1777] {
+        let e = refused(
+            &d,
+            vec![
+                start(&s, "f", false),
+                entry("", EntryKind::File, Some(mode), 1),
+                data(b"x"),
+            ],
+        )
+        .await;
+        assert_eq!(e.code(), Code::InvalidArgument, "{mode:o}: {e:?}");
+        assert!(e.message().contains("0777"), "{e:?}");
+        let e = refused(
+            &d,
+            vec![
+                start(&s, "t", false),
+                entry("", EntryKind::Directory, None, 0),
+                entry("sub", EntryKind::Directory, Some(mode), 0),
+            ],
+        )
+        .await;
+        assert_eq!(e.code(), Code::InvalidArgument, "{mode:o}: {e:?}");
+        let e = d
+            .files()
+            .await
+            .write_bytes(api::WriteBytesRequest {
+                session_id: s.clone(),
+                path: "w".into(),
+                data: b"x".to_vec(),
+                mode: Some(mode),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{mode:o}: {e:?}");
+    }
+    assert!(
+        std::fs::read_dir(ws.path()).unwrap().next().is_none(),
+        "nothing was written"
+    );
+    // The most a mode can be is 0777, exactly as given (no umask).
+    upload(
+        &d,
+        vec![
+            start(&s, "f", false),
+            entry("", EntryKind::File, Some(0o777), 1),
+            data(b"x"),
+        ],
+    )
+    .await
+    .unwrap();
+    let m = std::fs::metadata(ws.path().join("f")).unwrap().mode();
+    assert_eq!(m & 0o7777, 0o777);
+}
+
+#[tokio::test]
+async fn a_cancelled_upload_changes_nothing_and_leaves_no_staging() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::create_dir(ws.path().join("dest")).unwrap();
+    std::fs::write(ws.path().join("dest/keep"), "old").unwrap();
+    let before = host_tree(&ws.path().join("dest"));
+    let s = d.open(ws.path(), WW).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut files = d.files().await;
+    let call = tokio::spawn(async move {
+        files
+            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    tx.send(start(&s, "dest", true)).await.unwrap();
+    tx.send(entry("", EntryKind::Directory, None, 0))
+        .await
+        .unwrap();
+    tx.send(entry("big", EntryKind::File, None, 64 << 20))
+        .await
+        .unwrap();
+    tx.send(data(&[1u8; 1 << 20])).await.unwrap();
+    // The worker is writing the staged tree beside the destination.
+    assert!(
+        eventually(Duration::from_secs(10), || !staging_in(ws.path())
+            .is_empty())
+        .await,
+        "the upload staged"
+    );
+    call.abort();
+    let _ = call.await;
+    drop(tx);
+    assert!(
+        eventually(Duration::from_secs(10), || staging_in(ws.path()).is_empty()).await,
+        "the staging is removed: {:?}",
+        staging_in(ws.path())
+    );
+    assert_eq!(
+        host_tree(&ws.path().join("dest")),
+        before,
+        "the destination is unchanged"
+    );
+    // A stream that simply ends half way is a size mismatch: nothing changes either.
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "dest", true),
+            entry("", EntryKind::Directory, None, 0),
+            entry("f", EntryKind::File, None, 10),
+            data(b"12345"),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("5 of its 10 bytes"), "{e:?}");
+    assert_eq!(host_tree(&ws.path().join("dest")), before);
+    assert!(staging_in(ws.path()).is_empty());
+}
+
+#[tokio::test]
+async fn a_size_mismatch_changes_nothing() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::write(ws.path().join("f"), "old").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    let cases = [
+        (
+            "fewer, then another entry",
+            vec![
+                entry("", EntryKind::Directory, None, 0),
+                entry("a", EntryKind::File, None, 4),
+                data(b"abc"),
+                entry("b", EntryKind::File, None, 0),
+            ],
+            "dir",
+        ),
+        (
+            "more",
+            vec![entry("", EntryKind::File, None, 2), data(b"abc")],
+            "f",
+        ),
+        (
+            "more in two chunks",
+            vec![
+                entry("", EntryKind::File, None, 4),
+                data(b"abc"),
+                data(b"de"),
+            ],
+            "f",
+        ),
+        (
+            "fewer, then the end",
+            vec![entry("", EntryKind::File, None, 4), data(b"abc")],
+            "f",
+        ),
+        (
+            "data with no file",
+            vec![entry("", EntryKind::Directory, None, 0), data(b"abc")],
+            "dir",
+        ),
+    ];
+    for (what, items, dest) in cases {
+        let mut msgs = vec![start(&s, dest, true)];
+        msgs.extend(items);
+        let e = refused(&d, msgs).await;
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+        assert_eq!(
+            std::fs::read(ws.path().join("f")).unwrap(),
+            b"old",
+            "{what}"
+        );
+        assert!(!ws.path().join("dir").exists(), "{what}");
+        assert!(staging_in(ws.path()).is_empty(), "{what}");
+    }
+    // Protocol slips the daemon catches itself.
+    let e = refused(&d, vec![entry("", EntryKind::File, None, 0)]).await;
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("UploadStart"), "{e:?}");
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "g", false),
+            entry("", EntryKind::File, None, 2 << 20),
+            data(&vec![0u8; (1 << 20) + 1]),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("1 MiB"), "{e:?}");
+    assert!(!ws.path().join("g").exists());
+    assert!(staging_in(ws.path()).is_empty());
+}
+
+#[tokio::test]
+async fn overwrite_replaces_atomically_else_already_exists() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::create_dir_all(ws.path().join("dest/old")).unwrap();
+    std::fs::write(ws.path().join("dest/old/f"), "old").unwrap();
+    std::fs::write(ws.path().join("file"), "old").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    let tree = |overwrite| {
+        vec![
+            start(&s, "dest", overwrite),
+            entry("", EntryKind::Directory, Some(0o750), 0),
+            entry("new", EntryKind::File, None, 3),
+            data(b"new"),
+        ]
+    };
+    // Refused before any data is needed: the first message after the start could be the last.
+    let e = refused(&d, vec![start(&s, "dest", false)]).await;
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("overwrite"), "{e:?}");
+    let e = refused(&d, tree(false)).await;
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert_eq!(std::fs::read(ws.path().join("dest/old/f")).unwrap(), b"old");
+    // A directory replaces only a directory, a file only a file.
+    let e = refused(
+        &d,
+        vec![start(&s, "dest", true), entry("", EntryKind::File, None, 0)],
+    )
+    .await;
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "file", true),
+            entry("", EntryKind::Directory, None, 0),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "file".into(),
+            data: b"x".to_vec(),
+            no_overwrite: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert_eq!(std::fs::read(ws.path().join("file")).unwrap(), b"old");
+    // With overwrite the new tree takes the old one's place whole.
+    upload(&d, tree(true)).await.unwrap();
+    let mut want = BTreeMap::new();
+    want.insert(String::new(), Node::Dir(0o750));
+    want.insert("new".into(), Node::File(0o644, b"new".to_vec()));
+    assert_eq!(host_tree(&ws.path().join("dest")), want);
+    assert!(staging_in(ws.path()).is_empty(), "the old tree is gone");
+    // cp's rule: an existing directory receives the upload inside it, under source_name.
+    let mut msgs = vec![api::UploadRequest {
+        item: Some(Up::Start(api::UploadStart {
+            session_id: s.clone(),
+            path: "dest".into(),
+            source_name: "inner".into(),
+            ..Default::default()
+        })),
+    }];
+    msgs.extend([entry("", EntryKind::File, None, 2), data(b"hi")]);
+    let sum = upload(&d, msgs).await.unwrap();
+    assert_eq!(
+        Path::new(&sum.path),
+        std::fs::canonicalize(ws.path()).unwrap().join("dest/inner")
+    );
+    assert_eq!(std::fs::read(ws.path().join("dest/inner")).unwrap(), b"hi");
+}
+
+#[tokio::test]
+async fn a_read_only_session_writes_nothing() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::write(ws.path().join("f"), "old").unwrap();
+    let s = d.open(ws.path(), RO).await;
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "new", false),
+            entry("", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("read-only"), "{e:?}");
+    let e = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "f".into(),
+            data: b"new".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(!ws.path().join("new").exists());
+    assert_eq!(std::fs::read(ws.path().join("f")).unwrap(), b"old");
+    assert!(staging_in(ws.path()).is_empty());
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_are_refused() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let out = outside();
+    symlink(out.path(), ws.path().join("escape")).unwrap();
+    let s = d
+        .open_with(api::OpenSessionRequest {
+            cwd: ws.path().display().to_string(),
+            mode: WW as i32,
+            exclude_slash_tmp: true,
+            exclude_tmpdir_env_var: true,
+            ..Default::default()
+        })
+        .await;
+    let outside_file = out.path().join("f").display().to_string();
+    let dotdot = format!(
+        "../{}/f",
+        out.path().strip_prefix("/").map(|_| "x").unwrap()
+    );
+    for path in [
+        outside_file.as_str(),
+        "escape/f",
+        dotdot.as_str(),
+        "/etc/corral-test",
+    ] {
+        let e = refused(
+            &d,
+            vec![
+                start(&s, path, false),
+                entry("", EntryKind::File, None, 1),
+                data(b"x"),
+            ],
+        )
+        .await;
+        assert_eq!(e.code(), Code::PermissionDenied, "{path}: {e:?}");
+        let e = d
+            .files()
+            .await
+            .write_bytes(api::WriteBytesRequest {
+                session_id: s.clone(),
+                path: path.into(),
+                data: b"x".to_vec(),
+                create_parents: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{path}: {e:?}");
+    }
+    assert!(
+        std::fs::read_dir(out.path()).unwrap().next().is_none(),
+        "nothing outside"
+    );
+    assert!(!Path::new("/etc/corral-test").exists());
+    assert!(!ws.path().parent().unwrap().join("x").exists());
+}
+
+#[tokio::test]
+async fn entries_cannot_climb_out_of_the_tree() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let out = outside();
+    let s = d.open(ws.path(), WW).await;
+    let target = out.path().display().to_string();
+    let cases = [
+        vec![
+            entry("", EntryKind::Directory, None, 0),
+            entry("../escaped", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+        vec![
+            entry("", EntryKind::Directory, None, 0),
+            entry("a/../../escaped", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+        vec![
+            entry("", EntryKind::Directory, None, 0),
+            entry("/escaped", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+        // A symlink entry to a directory outside, then a child "under" it.
+        vec![
+            entry("", EntryKind::Directory, None, 0),
+            link("l", &target),
+            entry("l/escaped", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+        vec![
+            entry("", EntryKind::Directory, None, 0),
+            link("l", &target),
+            entry("l/sub", EntryKind::Directory, None, 0),
+        ],
+    ];
+    for items in cases {
+        let mut msgs = vec![start(&s, "t", false)];
+        msgs.extend(items);
+        let e = refused(&d, msgs).await;
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(
+            std::fs::read_dir(out.path()).unwrap().next().is_none(),
+            "nothing outside"
+        );
+        assert!(!ws.path().join("t").exists() && !ws.path().join("escaped").exists());
+        assert!(staging_in(ws.path()).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn protected_names_at_the_top_are_refused_like_apply_patch() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let s = d.open(ws.path(), WW).await;
+    for (path, source_name) in [(".git", ""), (".codex", ""), (".", ".git"), (".agents", "")] {
+        let mut msgs = vec![api::UploadRequest {
+            item: Some(Up::Start(api::UploadStart {
+                session_id: s.clone(),
+                path: path.into(),
+                source_name: source_name.into(),
+                create_parents: true,
+                ..Default::default()
+            })),
+        }];
+        msgs.extend([
+            entry("", EntryKind::Directory, None, 0),
+            entry("hooks", EntryKind::Directory, None, 0),
+        ]);
+        let e = refused(&d, msgs).await;
+        assert_eq!(
+            e.code(),
+            Code::PermissionDenied,
+            "{path}/{source_name}: {e:?}"
+        );
+        assert!(e.message().contains("protected"), "{e:?}");
+    }
+    let e = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: ".git/config".into(),
+            data: b"x".to_vec(),
+            create_parents: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    for name in [".git", ".codex", ".agents"] {
+        assert!(!ws.path().join(name).exists(), "{name} absent on the host");
+    }
+    assert!(staging_in(ws.path()).is_empty());
+    // Below the top a `.git` is ordinary content.
+    let sum = upload(
+        &d,
+        vec![
+            start(&s, "vendor", false),
+            entry("", EntryKind::Directory, None, 0),
+            entry(".git", EntryKind::Directory, None, 0),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(sum.directories, 2);
+    assert!(ws.path().join("vendor/.git").is_dir());
+}
+
+#[tokio::test]
+async fn fifos_and_endless_devices_answer_at_once() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::create_dir(ws.path().join("t")).unwrap();
+    nix::unistd::mkfifo(
+        &ws.path().join("t/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    std::fs::write(ws.path().join("t/f"), "x").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    for path in ["t/fifo", "/dev/zero", "/dev/urandom", "t"] {
+        let e = tokio::time::timeout(
+            Duration::from_secs(10),
+            d.files().await.read_bytes(api::ReadBytesRequest {
+                session_id: s.clone(),
+                path: path.into(),
+            }),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("ReadBytes {path} blocked"))
+        .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{path}: {e:?}");
+        assert!(e.message().contains("not a regular file"), "{e:?}");
+    }
+    for path in ["t/fifo", "/dev/zero"] {
+        let e = tokio::time::timeout(Duration::from_secs(10), download(&d, &s, path))
+            .await
+            .unwrap_or_else(|_| panic!("Download {path} blocked"))
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{path}: {e:?}");
+    }
+    let (got, sum) = tokio::time::timeout(Duration::from_secs(10), download(&d, &s, "t"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sum.skipped, ["fifo"]);
+    assert_eq!(got.len(), 2, "the directory and its file: {got:?}");
+    // Too large for ReadBytes: named, with the way out.
+    std::fs::write(ws.path().join("big"), vec![0u8; (3 << 20) + 1]).unwrap();
+    let e = d
+        .files()
+        .await
+        .read_bytes(api::ReadBytesRequest {
+            session_id: s.clone(),
+            path: "big".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("3 MiB") && e.message().contains("Download"),
+        "{e:?}"
+    );
+    let e = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "w".into(),
+            data: vec![0u8; (3 << 20) + 1],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("3 MiB") && e.message().contains("Upload"),
+        "{e:?}"
+    );
+    assert!(!ws.path().join("w").exists());
+}
+
+#[tokio::test]
+async fn another_users_session_is_not_found() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: creating a user needs root (CI runs as root)");
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::write(ws.path().join("f"), "secret").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    let other = TestUser::create("filesother");
+    let channel = common::connect_as(&d.socket, other.uid, other.gid)
+        .await
+        .unwrap();
+    let mut files = api::files_client::FilesClient::new(channel);
+    let e = files
+        .read_bytes(api::ReadBytesRequest {
+            session_id: s.clone(),
+            path: "f".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = files
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "g".into(),
+            data: b"x".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = files
+        .upload(tokio_stream::iter(vec![
+            start(&s, "g", false),
+            entry("", EntryKind::File, None, 1),
+            data(b"x"),
+        ]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = files
+        .download(api::DownloadRequest {
+            session_id: s.clone(),
+            path: "f".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    assert!(!ws.path().join("g").exists());
+}
+
+#[tokio::test]
+async fn transfers_are_audited_with_path_and_bytes() {
+    let logs = outside();
+    let log = logs.path().join("audit.log");
+    let d = Daemon::start(&["--audit-log", log.to_str().unwrap()]).await;
+    let ws = scratch();
+    let s = d.open(ws.path(), WW).await;
+    upload(
+        &d,
+        vec![
+            start(&s, "up.bin", false),
+            entry("", EntryKind::File, None, 3000),
+            data(&[7u8; 3000]),
+        ],
+    )
+    .await
+    .unwrap();
+    download(&d, &s, "up.bin").await.unwrap();
+    let _ = upload(&d, vec![start(&s, "up.bin", false)]).await;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |tool: &str| {
+        lines
+            .iter()
+            .filter(|l| l["tool"] == tool)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let ups = of("upload");
+    assert_eq!(ups.len(), 2, "{lines:?}");
+    assert_eq!(ups[0]["targets"][0], "up.bin");
+    assert_eq!(ups[0]["outcome"], "ok");
+    assert_eq!(ups[0]["bytes_in"], 3000);
+    assert_eq!(ups[1]["outcome"], "ALREADY_EXISTS");
+    let downs = of("download");
+    assert_eq!(downs.len(), 1, "{lines:?}");
+    assert_eq!(
+        (downs[0]["outcome"].as_str(), downs[0]["bytes_out"].as_u64()),
+        (Some("ok"), Some(3000))
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("\u{7}\u{7}"),
+        "no contents"
+    );
+}
+
+#[tokio::test]
+async fn the_profiles_file_size_limit_holds_and_the_worker_survives_it() {
+    let profiles = outside();
+    std::fs::write(
+        profiles.path().join("small.toml"),
+        include_str!("../sandbox-profiles/workspace-write.toml")
+            .replace("file_size_bytes = 17179869184", "file_size_bytes = 65536"),
+    )
+    .unwrap();
+    let d = Daemon::start(&["--profiles-dir", profiles.path().to_str().unwrap()]).await;
+    let ws = scratch();
+    let s = d
+        .open_with(api::OpenSessionRequest {
+            cwd: ws.path().display().to_string(),
+            profile: "small".into(),
+            ..Default::default()
+        })
+        .await;
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "big", false),
+            entry("", EntryKind::File, None, 65537),
+            data(&[1u8; 65537]),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("file size limit"), "{e:?}");
+    assert!(!ws.path().join("big").exists());
+    assert!(staging_in(ws.path()).is_empty());
+    // The worker is alive (a write past RLIMIT_FSIZE would have killed it with SIGXFSZ), and
+    // a file of exactly the limit is fine.
+    upload(
+        &d,
+        vec![
+            start(&s, "max", false),
+            entry("", EntryKind::File, None, 65536),
+            data(&[1u8; 65536]),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::metadata(ws.path().join("max")).unwrap().len(),
+        65536
+    );
+}
+
+/// Runs the CLI (`corral ARGS --socket SOCKET`) in `dir`; (exit code, stdout, stderr).
+fn corral(d: &Daemon, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(common::client_binary())
+        .args(args)
+        .args(["--socket", d.target()])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn corral_cp_copies_trees_both_ways() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let local = scratch();
+    let tree = local.path().join("proj");
+    sample_tree(&tree);
+    let want = host_tree(&tree);
+    let cwd = ws.path().to_str().unwrap();
+    // Upload to a new name: it becomes the copy (a temporary workspace-write session in --cwd).
+    let (code, out, err) = corral(&d, local.path(), &["cp", "proj", ":dest", "--cwd", cwd]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("uploaded proj -> :dest"), "{out}");
+    assert_eq!(host_tree(&ws.path().join("dest")), want);
+    // Into an existing directory: inside it, under the source's name.
+    let (code, out, err) = corral(
+        &d,
+        local.path(),
+        &["cp", "proj", ":dest", "--cwd", cwd, "--json"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let summary: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (summary["files"].as_u64(), summary["directories"].as_u64()),
+        (Some(5), Some(5))
+    );
+    assert_eq!(host_tree(&ws.path().join("dest/proj")), want);
+    // Download to a new local name, then into an existing local directory.
+    let (code, out, err) = corral(
+        &d,
+        local.path(),
+        &["cp", ":dest/proj", "back", "--cwd", cwd],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("downloaded :dest/proj -> back"), "{out}");
+    assert_eq!(host_tree(&local.path().join("back")), want);
+    std::fs::create_dir(local.path().join("into")).unwrap();
+    let (code, out, err) = corral(
+        &d,
+        local.path(),
+        &["cp", ":dest/proj", "into", "--cwd", cwd],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(host_tree(&local.path().join("into/proj")), want);
+    assert!(
+        staging_in(local.path()).is_empty() && staging_in(&local.path().join("into")).is_empty()
+    );
+    // A single file both ways, replacing the destination; --no-clobber refuses.
+    let (code, out, err) = corral(
+        &d,
+        local.path(),
+        &["cp", ":dest/all-bytes", "into/proj/secret", "--cwd", cwd],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read(local.path().join("into/proj/secret")).unwrap(),
+        (0..=255u8).collect::<Vec<_>>()
+    );
+    let (code, _, err) = corral(
+        &d,
+        local.path(),
+        &["cp", "-n", "proj/secret", ":dest/all-bytes", "--cwd", cwd],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("AlreadyExists") && err.contains("overwrite"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(ws.path().join("dest/all-bytes")).unwrap(),
+        (0..=255u8).collect::<Vec<_>>()
+    );
+    // An open session instead of a temporary one; a read-only one cannot receive.
+    let ro = d.open(ws.path(), RO).await;
+    let (code, out, err) = corral(
+        &d,
+        local.path(),
+        &["cp", ":dest/secret", "s2", "--session", &ro],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(std::fs::read(local.path().join("s2")).unwrap(), b"s");
+    let (code, _, err) = corral(&d, local.path(), &["cp", "s2", ":s3", "--session", &ro]);
+    assert_eq!(code, 2);
+    assert!(err.contains("read-only"), "{err}");
+    assert!(!ws.path().join("s3").exists());
+    // Exactly one side is remote.
+    let (code, _, err) = corral(&d, local.path(), &["cp", "a", "b"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("exactly one"), "{err}");
 }

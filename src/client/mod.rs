@@ -1,7 +1,8 @@
-//! The thin CLI client: `corral read-file`, `list-dir`, `tools`, `invoke`, `health`.
+//! The thin CLI client: `corral read-file`, `list-dir`, `cp`, `tools`, `invoke`, `health`.
 
 mod cli;
 mod connect;
+mod cp;
 
 pub use cli::{ClientCommand, Common, run};
 pub use connect::connect;

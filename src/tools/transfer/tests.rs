@@ -448,3 +448,40 @@ fn small_files_read_and_write_whole() {
     assert!(small::read_bytes(&root, "fifo").is_err());
     assert_eq!(names_in(&root), ["big", "d", "fifo"]);
 }
+
+#[test]
+fn a_staged_directory_swapped_for_a_symlink_redirects_nothing() {
+    let dst = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut r = Receiver::new(Destination::local(&dst.path().join("t")).unwrap(), false).unwrap();
+    let dir = |path: &str| Entry {
+        path: path.into(),
+        kind: Kind::Directory,
+        mode: None,
+        size: 0,
+        link_target: String::new(),
+    };
+    r.entry(dir("")).unwrap();
+    r.entry(dir("a")).unwrap();
+    r.entry(dir("b")).unwrap();
+    // A concurrent process (the sandbox itself) swaps the staged `a` for a symlink out.
+    let staged = dst.path().join(&names_in(dst.path())[0]);
+    fs::rename(staged.join("a"), dst.path().join("moved")).unwrap();
+    symlink(out.path(), staged.join("a")).unwrap();
+    let e = r
+        .entry(Entry {
+            path: "a/x".into(),
+            kind: Kind::File,
+            mode: None,
+            size: 0,
+            link_target: String::new(),
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+    assert!(
+        names_in(out.path()).is_empty(),
+        "nothing was written through the link"
+    );
+    drop(r);
+    assert_eq!(names_in(dst.path()), ["moved"], "the staging is gone");
+}
