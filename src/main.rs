@@ -62,6 +62,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
+    corral::worker::frame::tune_allocator();
     let config = match Config::load(&args) {
         Ok(c) => c,
         Err(e) => {

@@ -217,7 +217,9 @@ async fn upload_tree(
                 tx.blocking_send(api::UploadRequest { item: Some(item) })
                     .map_err(|_| ToolError::invalid("the upload ended"))
             };
-            let result = transfer::send::send(&local, transfer::MAX_DATA_CHUNK, &mut sink);
+            // 256 KiB chunks, like a download's: every hop holds one buffer per chunk in flight,
+            // and smaller buffers keep that (and the allocator's churn) small.
+            let result = transfer::send::send(&local, transfer::SEND_CHUNK, &mut sink);
             if result.is_ok() {
                 complete.store(true, Ordering::SeqCst);
             }

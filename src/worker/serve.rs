@@ -38,6 +38,7 @@ pub struct WorkerSpec {
 
 /// Entry point of `corral __worker`; returns the process exit status.
 pub fn worker_main() -> i32 {
+    frame::tune_allocator();
     // SAFETY: the daemon placed our end of the socketpair on WORKER_FD; nothing else owns it.
     let mut socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
     // The descriptor arrived without FD_CLOEXEC (it had to survive our exec). Set it now, or
