@@ -1154,3 +1154,227 @@ async fn corral_cp_copies_trees_both_ways() {
     assert_eq!(code, 2);
     assert!(err.contains("exactly one"), "{err}");
 }
+
+#[tokio::test]
+async fn the_service_is_reflected_and_healthy() {
+    use tonic_reflection::pb::v1;
+    let d = Daemon::start(&[]).await;
+    let status = tonic_health::pb::health_client::HealthClient::new(d.channel().await)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "corral.v1.Files".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let mut client = v1::server_reflection_client::ServerReflectionClient::new(d.channel().await);
+    let req = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            v1::server_reflection_request::MessageRequest::FileContainingSymbol(
+                "corral.v1.Files".into(),
+            ),
+        ),
+    };
+    let resp = client
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            resp.message_response,
+            Some(v1::server_reflection_response::MessageResponse::FileDescriptorResponse(ref f))
+                if !f.file_descriptor_proto.is_empty()
+        ),
+        "{resp:?}"
+    );
+    let req = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let resp = client
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner()
+        .message()
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(v1::server_reflection_response::MessageResponse::ListServicesResponse(list)) =
+        resp.message_response
+    else {
+        panic!("unexpected reflection response");
+    };
+    assert!(
+        list.service.iter().any(|s| s.name == "corral.v1.Files"),
+        "{list:?}"
+    );
+}
+
+/// The daemon's resident memory in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// The daemon's sandbox worker processes (children and grandchildren running `__worker`).
+fn workers_of(daemon: u32) -> Vec<i32> {
+    let parent = |pid: i32| -> Option<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    common::host_pids("[_]_worker")
+        .iter()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|&p| {
+            parent(p) == Some(daemon) || parent(p).and_then(|pp| parent(pp as i32)) == Some(daemon)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_disk_slower_than_the_client_holds_the_client_not_the_daemon() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let s = d.open(ws.path(), WW).await;
+    const SIZE: u64 = 256 << 20;
+    const CHUNK: usize = 256 << 10;
+    let produced = Arc::new(AtomicU64::new(0));
+    let counter = produced.clone();
+    let head = vec![
+        start(&s, "big", false),
+        entry("", EntryKind::File, None, SIZE),
+    ];
+    let body = tokio_stream::StreamExt::chain(
+        tokio_stream::iter(head),
+        futures_util::stream::unfold(0u64, move |sent| {
+            let counter = counter.clone();
+            async move {
+                (sent < SIZE).then(|| {
+                    counter.fetch_add(CHUNK as u64, Ordering::SeqCst);
+                    (data(&vec![(sent >> 18) as u8; CHUNK]), sent + CHUNK as u64)
+                })
+            }
+        }),
+    );
+    let mut files = d.files().await;
+    let call = tokio::spawn(async move { files.upload(body).await });
+    assert!(
+        eventually(Duration::from_secs(30), || produced.load(Ordering::SeqCst)
+            >= 32 << 20)
+        .await,
+        "the upload is under way"
+    );
+    // The disk (the worker) stops taking data.
+    let workers = workers_of(d.pid());
+    assert!(!workers.is_empty(), "found the worker");
+    let (at_stop, rss_at_stop) = (produced.load(Ordering::SeqCst), rss_kib(d.pid()));
+    for &w in &workers {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(w),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (p0, r0) = (produced.load(Ordering::SeqCst), rss_kib(d.pid()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (p1, r1) = (produced.load(Ordering::SeqCst), rss_kib(d.pid()));
+    for &w in &workers {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(w),
+            nix::sys::signal::Signal::SIGCONT,
+        )
+        .unwrap();
+    }
+    // In flight after the worker stopped: at most the worker's 4 MiB upload window and the
+    // HTTP/2 windows (1 MiB each), never the daemon's 16 MiB queue to the worker or more.
+    assert!(
+        p1 - at_stop <= 8 << 20,
+        "the client was held: {} bytes after the stop",
+        p1 - at_stop
+    );
+    assert!(
+        p1 - p0 <= 1 << 20,
+        "and stayed held: {} bytes more",
+        p1 - p0
+    );
+    assert!(p0 < SIZE, "the client had not finished");
+    assert!(
+        r1 < r0.max(rss_at_stop) + 16 * 1024,
+        "the daemon did not grow: {rss_at_stop} -> {r1} KiB"
+    );
+    let sum = call.await.unwrap().unwrap().into_inner().summary.unwrap();
+    assert_eq!(sum.bytes, SIZE);
+    assert_eq!(
+        std::fs::metadata(ws.path().join("big")).unwrap().len(),
+        SIZE
+    );
+}
+
+#[tokio::test]
+async fn a_download_client_that_stops_reading_is_cut_off_after_the_budget() {
+    let conf_dir = outside();
+    let conf = conf_dir.path().join("corral.toml");
+    std::fs::write(&conf, "stream_stall_timeout = 2\n").unwrap();
+    let d = Daemon::start(&["--config", conf.to_str().unwrap()]).await;
+    let ws = scratch();
+    std::fs::write(ws.path().join("big"), vec![5u8; 64 << 20]).unwrap();
+    let s = d.open(ws.path(), RO).await;
+    let before = rss_kib(d.pid());
+    let mut stream = d
+        .files()
+        .await
+        .download(api::DownloadRequest {
+            session_id: s.clone(),
+            path: "big".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stream.message().await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        rss_kib(d.pid()) < before + 16 * 1024,
+        "the daemon held back, not buffered"
+    );
+    let mut got = 0u64;
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(m)) => {
+                if let Some(Down::Data(b)) = m.item {
+                    got += b.len() as u64;
+                }
+            }
+            Ok(None) => panic!("the stream ended normally after a stall"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(got < 32 << 20, "only what was in flight arrived: {got}");
+    // The session still works.
+    assert!(download(&d, &s, "big").await.is_ok());
+}
