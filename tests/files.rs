@@ -1378,3 +1378,73 @@ async fn a_download_client_that_stops_reading_is_cut_off_after_the_budget() {
     // The session still works.
     assert!(download(&d, &s, "big").await.is_ok());
 }
+
+/// A small tmpfs mounted for one test (root only), unmounted on drop.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> SmallDisk {
+        let dir = scratch();
+        let (code, out) = common::host_sh(&format!(
+            "mount -t tmpfs -o size={bytes},mode=0755 corral-test {}",
+            dir.path().display()
+        ));
+        assert_eq!(code, 0, "mount: {out}");
+        SmallDisk(dir)
+    }
+
+    fn used(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
+        (st.blocks() - st.blocks_free()) * st.fragment_size()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = common::host_sh(&format!("umount -l {}", self.0.path().display()));
+    }
+}
+
+#[tokio::test]
+async fn a_full_disk_during_an_upload_changes_nothing() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
+        return;
+    }
+    let disk = SmallDisk::mount(4 << 20);
+    let ws = disk.0.path();
+    std::fs::write(ws.join("keep"), "old").unwrap();
+    std::fs::create_dir(ws.join("tree")).unwrap();
+    std::fs::write(ws.join("tree/old"), "old").unwrap();
+    let d = Daemon::start(&[]).await;
+    let s = d.open(ws, WW).await;
+    let before = (host_tree(ws), disk.used());
+    // One file larger than the disk: refused before its data is needed.
+    let e = refused(
+        &d,
+        vec![
+            start(&s, "keep", true),
+            entry("", EntryKind::File, None, 8 << 20),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("nothing was changed"), "{e:?}");
+    // A tree whose files fit one by one but not together: the disk fills half way.
+    let mut msgs = vec![
+        start(&s, "tree", true),
+        entry("", EntryKind::Directory, None, 0),
+    ];
+    for i in 0..4 {
+        msgs.push(entry(&format!("f{i}"), EntryKind::File, None, 1536 << 10));
+        msgs.extend((0..6).map(|_| data(&[i as u8; 256 << 10])));
+    }
+    let e = refused(&d, msgs).await;
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert_eq!(
+        (host_tree(ws), disk.used()),
+        before,
+        "nothing changed, the space is free again"
+    );
+    assert!(staging_in(ws).is_empty());
+}

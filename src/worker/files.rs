@@ -59,14 +59,16 @@ pub fn call(
                 create_parents: r.create_parents,
                 no_overwrite: r.no_overwrite,
             };
-            let path = guarded(runner, || small::write_bytes(&ctx.patch, &req))?;
+            let path = guarded(runner, || small::write_bytes(&ctx.patch, &req))
+                .map_err(changed_nothing)?;
             Answer::WriteBytes(api::WriteBytesResponse {
                 path: path.to_string_lossy().into_owned(),
                 size: r.data.len() as u64,
             })
         }
         Op::Upload(start) => {
-            let summary = guarded(runner, || upload(ctx, &start, emit, pieces))?;
+            let summary =
+                guarded(runner, || upload(ctx, &start, emit, pieces)).map_err(changed_nothing)?;
             Answer::Upload(api::UploadResponse {
                 summary: Some(summary_of(summary)),
             })
@@ -91,6 +93,17 @@ fn guarded<T>(
         )),
         None => result,
     }
+}
+
+/// A write that failed on the way (a full disk, an I/O error) says that it changed nothing: it
+/// was staged, and the staging is gone.
+fn changed_nothing(mut e: ToolError) -> ToolError {
+    if matches!(e.kind, ErrorKind::ResourceExhausted | ErrorKind::Internal)
+        && !e.message.contains("nothing was")
+    {
+        e.message.push_str("; nothing was changed");
+    }
+    e
 }
 
 fn cancelled() -> ToolError {

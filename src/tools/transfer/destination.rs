@@ -13,7 +13,7 @@ use super::{Kind, sys_error};
 use crate::tools::apply_patch::{PatchContext, resolve_target};
 use crate::tools::{ErrorKind, ToolError};
 use nix::errno::Errno;
-use nix::sys::stat::{Mode, mkdirat};
+use nix::sys::stat::{Mode, fchmod, mkdirat};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -239,11 +239,18 @@ fn open_parent(dir: &Path, create: bool) -> Result<OwnedFd, ToolError> {
         fd = match fsx::open_dir(fd.as_fd(), name) {
             Ok(next) => next,
             Err(Errno::ENOENT) if create => {
-                match mkdirat(fd.as_fd(), name, Mode::from_bits_truncate(0o755)) {
-                    Ok(()) | Err(Errno::EEXIST) => {}
+                let made = match mkdirat(fd.as_fd(), name, Mode::from_bits_truncate(0o755)) {
+                    Ok(()) => true,
+                    Err(Errno::EEXIST) => false,
                     Err(e) => return Err(sys_error("cannot create directory", &at, e)),
+                };
+                let next = fsx::open_dir(fd.as_fd(), name).map_err(|e| changed(&at, e))?;
+                if made {
+                    // 0755 exactly, whatever the umask.
+                    fchmod(&next, Mode::from_bits_truncate(0o755))
+                        .map_err(|e| sys_error("cannot set the mode of", &at, e))?;
                 }
-                fsx::open_dir(fd.as_fd(), name).map_err(|e| changed(&at, e))?
+                next
             }
             Err(Errno::ENOENT) => {
                 return Err(ToolError::new(
@@ -307,6 +314,16 @@ mod tests {
         let d = for_write(&r, "x/y/a.txt", "", true).unwrap();
         assert_eq!(d.path, root.join("x/y/a.txt"));
         assert!(root.join("x/y").is_dir());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(root.join("x/y"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o7777,
+            0o755,
+            "created parents are 0755 whatever the umask"
+        );
         // Outside, protected, the root itself, `..` at the end.
         for (path, kind) in [
             ("../elsewhere", ErrorKind::PermissionDenied),

@@ -469,6 +469,7 @@ impl Drop for Receiver {
 /// Creates a staged file exclusively (owner-only until its final mode), and reserves its size
 /// so a disk that cannot hold it says so before any data is sent.
 fn create_file(dir: impl AsFd, name: &OsStr, shown: &Path, size: u64) -> Result<File, ToolError> {
+    let dir = dir.as_fd();
     let fd = openat(
         dir,
         name,
@@ -487,6 +488,8 @@ fn create_file(dir: impl AsFd, name: &OsStr, shown: &Path, size: u64) -> Result<
                 err.raw_os_error(),
                 Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
             ) {
+                // Nothing holds the new file yet: take it away here.
+                let _ = nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
                 return Err(super::io_error("cannot reserve space for", shown, err));
             }
         }
