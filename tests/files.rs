@@ -820,6 +820,36 @@ async fn protected_names_at_the_top_are_refused_like_apply_patch() {
     .unwrap();
     assert_eq!(sum.directories, 2);
     assert!(ws.path().join("vendor/.git").is_dir());
+    // A `.git` that appears after the session opened is protected from the next call on (the
+    // session moves to a worker built for it; the upload itself goes through).
+    std::fs::create_dir(ws.path().join(".git")).unwrap();
+    upload(
+        &d,
+        vec![
+            start(&s, "after", false),
+            entry("", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(std::fs::read(ws.path().join("after")).unwrap(), b"x");
+    assert!(
+        d.log_text().contains("protection changed"),
+        "the upload found its worker stale and moved: {}",
+        d.log_text()
+    );
+    let e = refused(
+        &d,
+        vec![
+            start(&s, ".git/config", false),
+            entry("", EntryKind::File, None, 1),
+            data(b"x"),
+        ],
+    )
+    .await;
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(!ws.path().join(".git/config").exists());
 }
 
 #[tokio::test]

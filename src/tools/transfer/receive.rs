@@ -120,11 +120,6 @@ impl Receiver {
         })
     }
 
-    /// The destination's path.
-    pub fn path(&self) -> &Path {
-        &self.dest.path
-    }
-
     /// The next entry of the stream.
     pub fn entry(&mut self, entry: Entry) -> Result<(), ToolError> {
         check_mode(entry.mode, &format!("`{}`", entry.path))?;
