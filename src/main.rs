@@ -65,6 +65,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
+    corral::worker::frame::tune_allocator();
     // A config that --check-config passes also starts: both run the same checks.
     let config = match Config::load(&args).and_then(|c| c.check_files().map(|()| c)) {
         Ok(c) => c,
