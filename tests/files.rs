@@ -152,7 +152,32 @@ fn sample_tree(root: &Path) {
     .unwrap();
 }
 
+/// Uploads `msgs` followed by the UploadFinish that counts them.
 async fn upload(
+    d: &Daemon,
+    mut msgs: Vec<api::UploadRequest>,
+) -> Result<api::TransferSummary, tonic::Status> {
+    msgs.push(finish_of(&msgs));
+    upload_raw(d, msgs).await
+}
+
+/// The UploadFinish a correct client sends after `msgs`.
+fn finish_of(msgs: &[api::UploadRequest]) -> api::UploadRequest {
+    let mut sent = api::UploadFinish::default();
+    for m in msgs {
+        match &m.item {
+            Some(Up::Entry(_)) => sent.entries += 1,
+            Some(Up::Data(d)) => sent.bytes += d.len() as u64,
+            _ => {}
+        }
+    }
+    api::UploadRequest {
+        item: Some(Up::Finish(sent)),
+    }
+}
+
+/// Uploads exactly `msgs`.
+async fn upload_raw(
     d: &Daemon,
     msgs: Vec<api::UploadRequest>,
 ) -> Result<api::TransferSummary, tonic::Status> {
@@ -1310,6 +1335,13 @@ async fn a_disk_slower_than_the_client_holds_the_client_not_the_daemon() {
             }
         }),
     );
+    let finish = api::UploadRequest {
+        item: Some(Up::Finish(api::UploadFinish {
+            entries: 1,
+            bytes: SIZE,
+        })),
+    };
+    let body = tokio_stream::StreamExt::chain(body, tokio_stream::once(finish));
     let mut files = d.files().await;
     let call = tokio::spawn(async move { files.upload(body).await });
     assert!(
@@ -1477,4 +1509,76 @@ async fn a_full_disk_during_an_upload_changes_nothing() {
         "nothing changed, the space is free again"
     );
     assert!(staging_in(ws).is_empty());
+}
+
+/// To the server, a client that cancels its upload (RST_STREAM CANCEL) can look exactly like one
+/// that ended its stream: only an upload that reaches its UploadFinish is committed. Here the
+/// tree is complete (every entry and every byte) but the finish never comes.
+#[tokio::test]
+async fn an_upload_without_its_finish_changes_nothing() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    std::fs::create_dir(ws.path().join("dest")).unwrap();
+    std::fs::write(ws.path().join("dest/keep"), "old").unwrap();
+    let before = host_tree(&ws.path().join("dest"));
+    let s = d.open(ws.path(), WW).await;
+    let complete_tree = vec![
+        start(&s, "dest", true),
+        entry("", EntryKind::Directory, None, 0),
+        entry("new", EntryKind::File, None, 0),
+    ];
+    let e = upload_raw(&d, complete_tree.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Code::Cancelled, "{e:?}");
+    assert!(e.message().contains("UploadFinish"), "{e:?}");
+    let single = vec![
+        start(&s, "f", false),
+        entry("", EntryKind::File, None, 1),
+        data(b"x"),
+    ];
+    let e = upload_raw(&d, single).await.unwrap_err();
+    assert_eq!(e.code(), Code::Cancelled, "{e:?}");
+    assert_eq!(host_tree(&ws.path().join("dest")), before, "dest unchanged");
+    assert!(!ws.path().join("f").exists());
+    assert!(
+        eventually(Duration::from_secs(10), || staging_in(ws.path()).is_empty()).await,
+        "no staging left"
+    );
+    // The same tree with its finish commits.
+    upload(&d, complete_tree).await.unwrap();
+    assert!(ws.path().join("dest/new").is_file());
+    assert!(!ws.path().join("dest/keep").exists(), "replaced");
+}
+
+#[tokio::test]
+async fn an_upload_whose_finish_disagrees_with_the_stream_changes_nothing() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let s = d.open(ws.path(), WW).await;
+    let msgs = vec![
+        start(&s, "f", false),
+        entry("", EntryKind::File, None, 2),
+        data(b"xy"),
+    ];
+    for (entries, bytes) in [(2, 2), (1, 1), (0, 2), (1, 3)] {
+        let mut wrong = msgs.clone();
+        wrong.push(api::UploadRequest {
+            item: Some(Up::Finish(api::UploadFinish { entries, bytes })),
+        });
+        let e = upload_raw(&d, wrong).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{entries}/{bytes}: {e:?}");
+        assert!(
+            e.message().contains("received 1 entries and 2 bytes"),
+            "{e:?}"
+        );
+        assert!(
+            !ws.path().join("f").exists(),
+            "{entries}/{bytes}: nothing written"
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || staging_in(ws.path()).is_empty()).await,
+        "no staging left"
+    );
+    upload(&d, msgs).await.unwrap();
+    assert_eq!(std::fs::read(ws.path().join("f")).unwrap(), b"xy");
 }

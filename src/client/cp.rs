@@ -211,10 +211,17 @@ async fn upload_tree(
     let walker = {
         let (local, complete) = (local.to_path_buf(), complete.clone());
         std::thread::spawn(move || {
+            let mut sent = api::UploadFinish::default();
             let mut sink = |item: Item| {
                 let item = match item {
-                    Item::Entry(e) => Up::Entry(api_entry(e)),
-                    Item::Data(d) => Up::Data(d),
+                    Item::Entry(e) => {
+                        sent.entries += 1;
+                        Up::Entry(api_entry(e))
+                    }
+                    Item::Data(d) => {
+                        sent.bytes += d.len() as u64;
+                        Up::Data(d)
+                    }
                 };
                 tx.blocking_send(api::UploadRequest { item: Some(item) })
                     .map_err(|_| ToolError::invalid("the upload ended"))
@@ -223,6 +230,12 @@ async fn upload_tree(
             // and smaller buffers keep that (and the allocator's churn) small.
             let result = transfer::send::send(&local, transfer::SEND_CHUNK, &mut sink);
             if result.is_ok() {
+                // Only a walk that finished sends the finish: the daemon commits nothing else.
+                let finish = api::UploadRequest {
+                    item: Some(Up::Finish(sent)),
+                };
+                tx.blocking_send(finish)
+                    .map_err(|_| ToolError::invalid("the upload ended"))?;
                 complete.store(true, Ordering::SeqCst);
             }
             result

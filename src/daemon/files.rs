@@ -237,6 +237,7 @@ impl CorralService {
         // so at most the window and one message are ever in flight.
         let mut window = i64::try_from(first_credit).unwrap_or(i64::MAX);
         let mut client_done = false;
+        let mut entries_in: u64 = 0;
         trace.bytes_in = 0;
         loop {
             tokio::select! {
@@ -261,7 +262,19 @@ impl CorralService {
                 }
                 message = next_message(incoming, budget), if window > 0 && !client_done => {
                     let piece = match message? {
-                        None => {
+                        // The stream ended without its UploadFinish: a cancelled client looks
+                        // like this to the server (hyper ends the body on RST_STREAM CANCEL).
+                        None => return Err(status::upload_unfinished()),
+                        Some(api::UploadRequest { item: Some(Upload::Finish(finish)) }) => {
+                            let received = u64::try_from(trace.bytes_in).unwrap_or(u64::MAX);
+                            if (finish.entries, finish.bytes) != (entries_in, received) {
+                                return Err(status::upload_refused(&format!(
+                                    "the UploadFinish says {} entries and {} bytes were sent, \
+                                     the daemon received {entries_in} entries and {received} bytes",
+                                    finish.entries, finish.bytes
+                                )));
+                            }
+                            // Messages after the finish are not read: the tree is complete.
                             client_done = true;
                             UploadPiece { call: call_id, item: None, end: true }
                         }
@@ -281,8 +294,9 @@ impl CorralService {
                                     )));
                                 }
                                 Some(Upload::Data(d)) => trace.bytes_in += d.len(),
-                                Some(Upload::Entry(_)) => {}
-                                None => {
+                                Some(Upload::Entry(_)) => entries_in += 1,
+                                // (A finish was taken by the arm above.)
+                                Some(Upload::Finish(_)) | None => {
                                     return Err(status::upload_refused(
                                         "an upload message without an entry or data",
                                     ));

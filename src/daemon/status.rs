@@ -177,6 +177,14 @@ pub fn upload_refused(message: &str) -> Status {
     invalid_field("item", &format!("{message}; nothing was changed"))
 }
 
+/// An upload's stream ended before its UploadFinish (the client cancelled, or is broken).
+pub fn upload_unfinished() -> Status {
+    Status::cancelled(
+        "the upload stream ended without its UploadFinish message (a cancelled client looks \
+         like this); nothing was changed. Send UploadFinish as the last message to commit",
+    )
+}
+
 /// An upload client sent nothing for longer than the stall budget.
 pub fn upload_stalled(budget: std::time::Duration) -> Status {
     Status::resource_exhausted(format!(

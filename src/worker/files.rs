@@ -162,7 +162,12 @@ fn upload(
                     "UploadStart comes once, as the first message",
                 ));
             }
-            None => return Err(ToolError::invalid("an upload message without an item")),
+            // The daemon checks the finish and sends it as the `end` piece, never as an item.
+            Some(api::upload_request::Item::Finish(_)) | None => {
+                return Err(ToolError::invalid(
+                    "an upload message without an entry or data",
+                ));
+            }
         }
         if uncredited >= UPLOAD_WINDOW_BYTES / 4 {
             emit(Reply::UploadCredit(uncredited), None);
