@@ -3,11 +3,11 @@
 //! renames. Everything here acts on `(directory descriptor, name)`, never on a path.
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, RenameFlags, openat, renameat2};
+use nix::fcntl::{AtFlags, OFlag, openat};
 use nix::sys::stat::{FchmodatFlags, FileStat, Mode, SFlag, fchmod, fchmodat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 /// How a directory is opened: never through a symlink.
@@ -105,7 +105,7 @@ pub fn rename_noreplace(
     to: &OsStr,
     is_dir: bool,
 ) -> nix::Result<()> {
-    match renameat2(dir, from, dir, to, RenameFlags::RENAME_NOREPLACE) {
+    match renameat2(dir, from, to, libc::RENAME_NOREPLACE) {
         Err(Errno::EINVAL) if !is_dir => {
             nix::unistd::linkat(dir, from, dir, to, AtFlags::empty())?;
             unlinkat(dir, from, UnlinkatFlags::NoRemoveDir)
@@ -115,9 +115,33 @@ pub fn rename_noreplace(
     }
 }
 
+/// `renameat2(2)` within one directory. The raw syscall: musl (the static build) has no wrapper,
+/// so neither has nix there.
+fn renameat2(
+    dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to: &OsStr,
+    flags: libc::c_uint,
+) -> nix::Result<()> {
+    let from = std::ffi::CString::new(from.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let to = std::ffi::CString::new(to.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: a valid directory descriptor and two NUL-terminated names that outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir.as_raw_fd(),
+            from.as_ptr(),
+            dir.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
 /// Swaps `a` and `b` in `dir` atomically. `None` when the filesystem cannot (`EINVAL`).
 pub fn exchange(dir: BorrowedFd<'_>, a: &OsStr, b: &OsStr) -> Option<nix::Result<()>> {
-    match renameat2(dir, a, dir, b, RenameFlags::RENAME_EXCHANGE) {
+    match renameat2(dir, a, b, libc::RENAME_EXCHANGE) {
         Err(Errno::EINVAL) => None,
         other => Some(other),
     }
