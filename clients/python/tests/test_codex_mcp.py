@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -138,9 +139,18 @@ from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
 
+class Gated:
+    """A scripted answer sent only once ``gate`` is set (the test decides when the model answers)."""
+
+    def __init__(self, answer: Any):
+        self.answer = answer
+        self.gate = threading.Event()
+
+
 class MockModel:
     """The OpenAI API on 127.0.0.1, scripted: each POST gets the next answer of the script (a
-    JSON object, or ``(status, body)``); every request is recorded as (path, headers, body)."""
+    JSON object, ``(status, body)`` or :class:`Gated`); every request is recorded as (path,
+    headers, body)."""
 
     def __init__(self, script: list[Any]):
         self.script = list(script)
@@ -152,6 +162,9 @@ class MockModel:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 mock.requests.append((self.path, dict(self.headers), body))
                 answer = mock.script.pop(0) if mock.script else (500, {"error": {"message": "script exhausted"}})
+                if isinstance(answer, Gated):
+                    assert answer.gate.wait(60), "the test never opened the gate"
+                    answer = answer.answer
                 status, answer = answer if isinstance(answer, tuple) else (200, answer)
                 data = json.dumps(answer).encode()
                 self.send_response(status)
@@ -368,7 +381,7 @@ def test_codex_then_codex_reply_finish_a_task_with_the_responses_api(daemon, mod
 
 def test_codex_then_codex_reply_with_chat_completions_and_the_default_prompt(daemon, model, workspace, tmp_path):
     mock = model([
-        completion(None, chat_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt"}, "t1")),
+        completion(None, chat_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt && env"}, "t1")),
         completion("wrote it"),
         completion(None, chat_call("apply_patch", {"input": PATCH}, "t2")),
         completion("done"),
@@ -401,6 +414,8 @@ def test_codex_then_codex_reply_with_chat_completions_and_the_default_prompt(dae
     assistant, tool = r2["messages"][3:]
     assert assistant["tool_calls"][0]["id"] == "t1" and tool["role"] == "tool" and tool["tool_call_id"] == "t1"
     assert "Process exited with code 0" in tool["content"]
+    # Commands get the server's core variables, never the model API key.
+    assert f"HOME={tmp_path}\n" in tool["content"] and "test-key" not in tool["content"]
     assert r3["messages"][:5] == r2["messages"] and r3["messages"][-1] == {"role": "user", "content": "add world"}
     assert r4["messages"][-1]["tool_call_id"] == "t2" and "out.txt" in r4["messages"][-1]["content"]
 
@@ -417,6 +432,7 @@ def test_unknown_thread_and_bad_arguments_are_errors_and_nothing_runs(daemon, mo
             ("codex", {"prompt": "x", "sandbox": "everything"}),
             ("codex", {"prompt": "x", "config": {"shell_environment_policy.inherit": "all"}}),
             ("codex", {"prompt": "x", "cwd": str(workspace / "missing")}),
+            ("codex", {"prompt": "x", "profile": "no-such-profile"}),
             ("no-such-tool", {}),
         ]
         return [await session.call_tool(name, args) for name, args in calls]
@@ -431,9 +447,45 @@ def test_unknown_thread_and_bad_arguments_are_errors_and_nothing_runs(daemon, mo
     assert "unknown variant `everything` of `sandbox`" in text_of(results[3])
     assert "unsupported config key `shell_environment_policy.inherit`" in text_of(results[4])
     assert text_of(results[5]).startswith("Failed to start Codex session: ")
-    assert text_of(results[6]) == "Unknown tool 'no-such-tool'"
+    assert text_of(results[6]).startswith("Failed to start Codex session: ") and "no-such-profile" in text_of(results[6])
+    assert text_of(results[7]) == "Unknown tool 'no-such-tool'"
     assert all(r.structured_content is None for r in results[1:])
     assert mock.requests == []
+
+
+def test_sigterm_closes_the_sessions(daemon, model, workspace, tmp_path):
+    """A server stopped by a signal (not by its client closing stdin) closes its sessions too.
+    MCP spoken by hand here: newline-delimited JSON-RPC on the server's stdin and stdout."""
+    mock = model([response(message("ok"))])
+    env = {**session_env(tmp_path), "OPENAI_API_KEY": "k"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral_client.codex_mcp", "--socket", daemon.target, "--base-url", mock.url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+    )  # fmt: skip
+    try:
+
+        def send(message: dict[str, Any]) -> None:
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            proc.stdin.flush()
+
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                           "clientInfo": {"name": "t", "version": "0"}}})  # fmt: skip
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        send({"method": "notifications/initialized"})
+        send({"id": 2, "method": "tools/call", "params": {"name": "codex", "arguments": {"prompt": "p", "cwd": str(workspace)}}})
+        answer = json.loads(proc.stdout.readline())
+        assert answer["id"] == 2 and answer["result"]["structuredContent"]["content"] == "ok", answer
+        session_id = answer["result"]["_meta"]["corral/sessionId"]
+        with Client(daemon.target, timeout=30) as client:
+            client.session(session_id).list_tools()  # open while the server runs
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            with pytest.raises(NotFound):
+                client.close_session(session_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_turn_limit_and_model_errors_keep_the_thread(daemon, model, workspace, tmp_path):
@@ -462,6 +514,38 @@ def test_turn_limit_and_model_errors_keep_the_thread(daemon, model, workspace, t
     assert [user_text(i) for i in last if i.get("role") == "user"][-3:] == ["loop", "again", "once more"]
     outputs = [i for i in last if i.get("type") == "function_call_output"]
     assert [o["call_id"] for o in outputs] == ["c1", "c2"]
+
+
+def test_a_cancelled_call_stops_its_turn_before_the_next_tool_call(daemon, model, workspace, tmp_path):
+    slow = Gated(response(function_call("exec_command", {"cmd": "touch cancelled.txt"}, "c1")))
+    mock = model([response(message("first")), slow, response(message("after"))])
+
+    async def body(session: ClientSession):
+        first = await session.call_tool("codex", {"prompt": "start", "cwd": str(workspace), "sandbox": "workspace-write"})
+        thread = {"threadId": first.structured_content["threadId"]}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.call_tool, "codex-reply", {**thread, "prompt": "slow"})
+            while len(mock.requests) < 2:  # the model has the request: cancel the call now
+                await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
+        # The cancelled turn still waits for the model: the thread is busy, nothing else runs.
+        busy = await session.call_tool("codex-reply", {**thread, "prompt": "too early"})
+        slow.gate.set()
+        for _ in range(500):  # until the cancelled turn has stopped
+            after = await session.call_tool("codex-reply", {**thread, "prompt": "after"})
+            if not (after.is_error and "is busy" in text_of(after)):
+                break
+            await anyio.sleep(0.02)
+        return busy, after
+
+    busy, after = run_server(daemon, mock, body, tmp_path)
+    assert busy.is_error and "is busy" in text_of(busy), busy
+    assert not after.is_error and text_of(after) == "after", after
+    assert not (workspace / "cancelled.txt").exists()  # the tool call after the cancel never ran
+    assert len(mock.requests) == 3
+    last = mock.bodies()[-1]["input"]
+    assert {"type": "function_call_output", "call_id": "c1", "output": "aborted"} in last
+    assert [user_text(i) for i in last if i.get("role") == "user"][-3:] == ["start", "slow", "after"]
 
 
 def test_approvals_are_asked_through_elicitation(daemon, model, workspace, tmp_path):

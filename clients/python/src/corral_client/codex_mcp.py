@@ -539,9 +539,10 @@ class CodexServer:
             self._conversations.clear()
         for conversation in conversations:
             try:
-                conversation.session.close(missing_ok=True)
+                self.client.close_session(conversation.session.id, timeout=10)
             except CorralError as e:
-                log.warning("closing session %s of thread %s: %s", conversation.session.id, conversation.id, e)
+                if e.code.name != "NOT_FOUND":  # expired or closed already: nothing to do
+                    log.warning("closing session %s of thread %s: %s", conversation.session.id, conversation.id, e)
 
 
 def _error_text(error: BaseException) -> str:
@@ -803,18 +804,29 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: os.environ[k] for k in (*CORE_ENV, *args.pass_env) if k in os.environ}
     core = CodexServer(client, settings, max_turns=args.max_turns, env=env)
 
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        anyio.run(serve, core)
-    except KeyboardInterrupt:
-        pass
-    finally:
+    def shutdown(code: int = 0) -> None:
         core.close_all()
         client.close()
-    return 0
+        # Turns still running in worker threads (a model call, a command) are abandoned: their
+        # sessions are closed, and waiting for them (or for the thread reading stdin, which a
+        # cancelled event loop waits for) could take as long as they do.
+        sys.stderr.flush()
+        os._exit(code)
+
+    def stop(signum: int, frame: Any) -> None:
+        # Not in the handler itself: it interrupts the main thread anywhere, a lock held included.
+        threading.Thread(target=shutdown, name="corral-codex-mcp shutdown", daemon=True).start()
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+    code = 0
+    try:
+        anyio.run(serve, core)
+    except BaseException:
+        log.exception("the server failed")
+        code = 1
+    shutdown(code)
+    return code  # not reached: shutdown() ends the process
 
 
 if __name__ == "__main__":
