@@ -13,9 +13,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 from conftest import session_env
@@ -131,7 +132,9 @@ def test_the_server_explains_a_missing_mcp_package(tmp_path):
 
 # -- end to end -----------------------------------------------------------------------------
 
-mcp = pytest.importorskip("mcp", reason="the mcp package needs Python 3.10+ (run-client-tests.sh installs it there)")
+mcp = pytest.importorskip(
+    "mcp", reason="the mcp package needs Python 3.10+ (run-client-tests.sh installs it there)"
+)
 
 import anyio  # noqa: E402  (an mcp dependency)
 import mcp_types as types  # noqa: E402
@@ -161,7 +164,9 @@ class MockModel:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 mock.requests.append((self.path, dict(self.headers), body))
-                answer = mock.script.pop(0) if mock.script else (500, {"error": {"message": "script exhausted"}})
+                answer = (
+                    mock.script.pop(0) if mock.script else (500, {"error": {"message": "script exhausted"}})
+                )
                 if isinstance(answer, Gated):
                     assert answer.gate.wait(60), "the test never opened the gate"
                     answer = answer.answer
@@ -204,21 +209,43 @@ def model():
 
 # Responses API answers.
 def response(*items: dict[str, Any]) -> dict[str, Any]:
-    return {"id": f"resp_{uuid.uuid4().hex[:8]}", "object": "response", "status": "completed", "output": list(items)}
+    return {
+        "id": f"resp_{uuid.uuid4().hex[:8]}",
+        "object": "response",
+        "status": "completed",
+        "output": list(items),
+    }
 
 
 def function_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
-    return {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": name,
-            "arguments": json.dumps(arguments), "status": "completed"}  # fmt: skip
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "status": "completed",
+    }
 
 
 def custom_call(name: str, input: str, call_id: str) -> dict[str, Any]:
-    return {"type": "custom_tool_call", "id": f"ctc_{call_id}", "call_id": call_id, "name": name, "input": input}
+    return {
+        "type": "custom_tool_call",
+        "id": f"ctc_{call_id}",
+        "call_id": call_id,
+        "name": name,
+        "input": input,
+    }
 
 
 def message(text: str) -> dict[str, Any]:
-    return {"type": "message", "id": f"msg_{uuid.uuid4().hex[:8]}", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+    return {
+        "type": "message",
+        "id": f"msg_{uuid.uuid4().hex[:8]}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
 
 
 # Chat Completions answers.
@@ -227,7 +254,11 @@ def completion(content: str | None, *tool_calls: dict[str, Any]) -> dict[str, An
     if tool_calls:
         msg["tool_calls"] = list(tool_calls)
     reason = "tool_calls" if tool_calls else "stop"
-    return {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0, "message": msg, "finish_reason": reason}]}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": msg, "finish_reason": reason}],
+    }
 
 
 def chat_call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
@@ -258,11 +289,28 @@ def run_server(
     runs `body`, and shuts the server down the SDK's way (stdin closed)."""
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "corral_client.codex_mcp", "--socket", daemon.target, "--api", api, "--base-url", mock.url,
-              "--model", "test-model", "--verbose", *args],
-        env={**session_env(tmp_path), "OPENAI_API_KEY": "test-key", "CORRAL_MODEL_API": "", "OPENAI_MODEL": ""},
+        args=[
+            "-m",
+            "corral_client.codex_mcp",
+            "--socket",
+            daemon.target,
+            "--api",
+            api,
+            "--base-url",
+            mock.url,
+            "--model",
+            "test-model",
+            "--verbose",
+            *args,
+        ],
+        env={
+            **session_env(tmp_path),
+            "OPENAI_API_KEY": "test-key",
+            "CORRAL_MODEL_API": "",
+            "OPENAI_MODEL": "",
+        },
         cwd=str(cwd or tmp_path),
-    )  # fmt: skip
+    )
     errlog_path = tmp_path / "codex-mcp.stderr"
 
     async def main() -> Any:
@@ -299,11 +347,24 @@ def test_tools_list_is_codexs_schema(daemon, model, tmp_path):
     assert sorted(tools) == ["codex", "codex-reply"]
     codex, reply = tools["codex"], tools["codex-reply"]
     assert (codex.title, reply.title) == ("Codex", "Codex Reply")
-    assert codex.description == "Run a Codex session. Accepts configuration parameters matching the Codex Config struct."
+    assert (
+        codex.description
+        == "Run a Codex session. Accepts configuration parameters matching the Codex Config struct."
+    )
     assert reply.description == "Continue a Codex conversation by providing the thread id and prompt."
     props = codex.input_schema["properties"]
-    assert sorted(props) == ["approval-policy", "base-instructions", "compact-prompt", "config", "cwd",
-                             "developer-instructions", "model", "profile", "prompt", "sandbox"]  # fmt: skip
+    assert sorted(props) == [
+        "approval-policy",
+        "base-instructions",
+        "compact-prompt",
+        "config",
+        "cwd",
+        "developer-instructions",
+        "model",
+        "profile",
+        "prompt",
+        "sandbox",
+    ]
     assert props["approval-policy"]["enum"] == ["untrusted", "on-failure", "on-request", "never"]
     assert props["sandbox"]["enum"] == ["read-only", "workspace-write", "danger-full-access"]
     assert props["config"] == {
@@ -324,20 +385,27 @@ def test_tools_list_is_codexs_schema(daemon, model, tmp_path):
 
 def test_codex_then_codex_reply_finish_a_task_with_the_responses_api(daemon, model, workspace, tmp_path):
     (workspace / "AGENTS.md").write_text("Always greet.\n")
-    mock = model([
-        response(function_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt"}, "call_1")),
-        response(message("wrote out.txt")),
-        response(custom_call("apply_patch", PATCH, "call_2")),
-        response(message("patched")),
-    ])  # fmt: skip
+    mock = model(
+        [
+            response(function_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt"}, "call_1")),
+            response(message("wrote out.txt")),
+            response(custom_call("apply_patch", PATCH, "call_2")),
+            response(message("patched")),
+        ]
+    )
 
     async def body(session: ClientSession):
         first = await session.call_tool(
             "codex",
-            {"prompt": "write hello", "cwd": str(workspace), "sandbox": "workspace-write",
-             "approval-policy": "never", "base-instructions": "BASE PROMPT",
-             "developer-instructions": "DEV NOTE"},
-        )  # fmt: skip
+            {
+                "prompt": "write hello",
+                "cwd": str(workspace),
+                "sandbox": "workspace-write",
+                "approval-policy": "never",
+                "base-instructions": "BASE PROMPT",
+                "developer-instructions": "DEV NOTE",
+            },
+        )
         assert not first.is_error, first
         second = await session.call_tool(
             "codex-reply", {"threadId": first.structured_content["threadId"], "prompt": "now add world"}
@@ -347,8 +415,14 @@ def test_codex_then_codex_reply_finish_a_task_with_the_responses_api(daemon, mod
     first, second = run_server(daemon, mock, body, tmp_path)
     thread_id = first.structured_content["threadId"]
     assert str(uuid.UUID(thread_id)) == thread_id
-    assert (text_of(first), first.structured_content) == ("wrote out.txt", {"threadId": thread_id, "content": "wrote out.txt"})
-    assert (text_of(second), second.structured_content) == ("patched", {"threadId": thread_id, "content": "patched"})
+    assert (text_of(first), first.structured_content) == (
+        "wrote out.txt",
+        {"threadId": thread_id, "content": "wrote out.txt"},
+    )
+    assert (text_of(second), second.structured_content) == (
+        "patched",
+        {"threadId": thread_id, "content": "patched"},
+    )
     assert not second.is_error
     assert (workspace / "out.txt").read_text() == "hello\nworld\n"
 
@@ -356,21 +430,44 @@ def test_codex_then_codex_reply_finish_a_task_with_the_responses_api(daemon, mod
     assert all(h["Authorization"] == "Bearer test-key" for _, h, _ in mock.requests)
     r1, r2, r3, r4 = mock.bodies()
     assert r1["model"] == "test-model" and r1["instructions"] == "BASE PROMPT"
-    assert {t.get("name") for t in r1["tools"]} >= {"exec_command", "write_stdin", "apply_patch", "update_plan"}
+    assert {t.get("name") for t in r1["tools"]} >= {
+        "exec_command",
+        "write_stdin",
+        "apply_patch",
+        "update_plan",
+    }
     # Codex's order: the developer message, AGENTS.md, the environment context, then the prompt.
     developer, agents, env_context, prompt = r1["input"]
-    assert developer == {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "DEV NOTE"}]}
-    assert user_text(agents).startswith(f"# AGENTS.md instructions for {workspace}") and "Always greet." in user_text(agents)
-    assert user_text(env_context).startswith("<environment_context>") and f"<cwd>{workspace}</cwd>" in user_text(env_context)
-    assert prompt == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "write hello"}]}
+    assert developer == {
+        "type": "message",
+        "role": "developer",
+        "content": [{"type": "input_text", "text": "DEV NOTE"}],
+    }
+    assert user_text(agents).startswith(
+        f"# AGENTS.md instructions for {workspace}"
+    ) and "Always greet." in user_text(agents)
+    assert user_text(env_context).startswith(
+        "<environment_context>"
+    ) and f"<cwd>{workspace}</cwd>" in user_text(env_context)
+    assert prompt == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "write hello"}],
+    }
     # The tool's output went back to the model, after the whole conversation so far.
-    assert r2["input"][:5] == r1["input"] + [function_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt"}, "call_1")]
+    assert r2["input"][:5] == r1["input"] + [
+        function_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt"}, "call_1")
+    ]
     output = r2["input"][5]
     assert output["type"] == "function_call_output" and output["call_id"] == "call_1"
     assert "Process exited with code 0" in output["output"]
     # codex-reply continued the same conversation.
     assert r3["input"][:6] == r2["input"] and r3["input"][6]["role"] == "assistant"
-    assert r3["input"][7] == {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "now add world"}]}
+    assert r3["input"][7] == {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "now add world"}],
+    }
     patched = r4["input"][-1]
     assert patched["type"] == "custom_tool_call_output" and patched["call_id"] == "call_2"
     assert "out.txt" in patched["output"]
@@ -379,13 +476,17 @@ def test_codex_then_codex_reply_finish_a_task_with_the_responses_api(daemon, mod
         client.close_session(session_id_of(first))
 
 
-def test_codex_then_codex_reply_with_chat_completions_and_the_default_prompt(daemon, model, workspace, tmp_path):
-    mock = model([
-        completion(None, chat_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt && env"}, "t1")),
-        completion("wrote it"),
-        completion(None, chat_call("apply_patch", {"input": PATCH}, "t2")),
-        completion("done"),
-    ])  # fmt: skip
+def test_codex_then_codex_reply_with_chat_completions_and_the_default_prompt(
+    daemon, model, workspace, tmp_path
+):
+    mock = model(
+        [
+            completion(None, chat_call("exec_command", {"cmd": "printf 'hello\\n' > out.txt && env"}, "t1")),
+            completion("wrote it"),
+            completion(None, chat_call("apply_patch", {"input": PATCH}, "t2")),
+            completion("done"),
+        ]
+    )
 
     async def body(session: ClientSession):
         first = await session.call_tool(
@@ -408,15 +509,22 @@ def test_codex_then_codex_reply_with_chat_completions_and_the_default_prompt(dae
     assert {b["model"] for b in (r1, r2, r3, r4)} == {"other-model"}
     system, env_context, prompt = r1["messages"]  # no AGENTS.md here: no such message
     assert system == {"role": "system", "content": DEFAULT_INSTRUCTIONS}
-    assert user_text(env_context).startswith("<environment_context>") and str(workspace) in user_text(env_context)
+    assert user_text(env_context).startswith("<environment_context>") and str(workspace) in user_text(
+        env_context
+    )
     assert prompt == {"role": "user", "content": "write hello"}
     assert all(t["type"] == "function" for t in r1["tools"])
     assistant, tool = r2["messages"][3:]
-    assert assistant["tool_calls"][0]["id"] == "t1" and tool["role"] == "tool" and tool["tool_call_id"] == "t1"
+    assert (
+        assistant["tool_calls"][0]["id"] == "t1" and tool["role"] == "tool" and tool["tool_call_id"] == "t1"
+    )
     assert "Process exited with code 0" in tool["content"]
     # Commands get the server's core variables, never the model API key.
     assert f"HOME={tmp_path}\n" in tool["content"] and "test-key" not in tool["content"]
-    assert r3["messages"][:5] == r2["messages"] and r3["messages"][-1] == {"role": "user", "content": "add world"}
+    assert r3["messages"][:5] == r2["messages"] and r3["messages"][-1] == {
+        "role": "user",
+        "content": "add world",
+    }
     assert r4["messages"][-1]["tool_call_id"] == "t2" and "out.txt" in r4["messages"][-1]["content"]
 
 
@@ -442,12 +550,16 @@ def test_unknown_thread_and_bad_arguments_are_errors_and_nothing_runs(daemon, mo
     not_found = results[0]
     assert text_of(not_found) == f"Session not found for thread_id: {unknown}"
     assert not_found.structured_content == {"threadId": unknown, "content": text_of(not_found)}
-    assert text_of(results[1]) == "Failed to parse thread_id: either threadId or conversationId must be provided"
+    assert (
+        text_of(results[1]) == "Failed to parse thread_id: either threadId or conversationId must be provided"
+    )
     assert text_of(results[2]).startswith("Failed to parse thread_id: ")
     assert "unknown variant `everything` of `sandbox`" in text_of(results[3])
     assert "unsupported config key `shell_environment_policy.inherit`" in text_of(results[4])
     assert text_of(results[5]).startswith("Failed to start Codex session: ")
-    assert text_of(results[6]).startswith("Failed to start Codex session: ") and "no-such-profile" in text_of(results[6])
+    assert text_of(results[6]).startswith("Failed to start Codex session: ") and "no-such-profile" in text_of(
+        results[6]
+    )
     assert text_of(results[7]) == "Unknown tool 'no-such-tool'"
     assert all(r.structured_content is None for r in results[1:])
     assert mock.requests == []
@@ -460,19 +572,38 @@ def test_sigterm_closes_the_sessions(daemon, model, workspace, tmp_path):
     env = {**session_env(tmp_path), "OPENAI_API_KEY": "k"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral_client.codex_mcp", "--socket", daemon.target, "--base-url", mock.url],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
     try:
 
         def send(message: dict[str, Any]) -> None:
             proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
             proc.stdin.flush()
 
-        send({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                           "clientInfo": {"name": "t", "version": "0"}}})  # fmt: skip
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                },
+            }
+        )
         assert json.loads(proc.stdout.readline())["id"] == 1
         send({"method": "notifications/initialized"})
-        send({"id": 2, "method": "tools/call", "params": {"name": "codex", "arguments": {"prompt": "p", "cwd": str(workspace)}}})
+        send(
+            {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "codex", "arguments": {"prompt": "p", "cwd": str(workspace)}},
+            }
+        )
         answer = json.loads(proc.stdout.readline())
         assert answer["id"] == 2 and answer["result"]["structuredContent"]["content"] == "ok", answer
         session_id = answer["result"]["_meta"]["corral/sessionId"]
@@ -489,12 +620,14 @@ def test_sigterm_closes_the_sessions(daemon, model, workspace, tmp_path):
 
 
 def test_turn_limit_and_model_errors_keep_the_thread(daemon, model, workspace, tmp_path):
-    mock = model([
-        response(function_call("exec_command", {"cmd": "true"}, "c1")),
-        response(function_call("exec_command", {"cmd": "true"}, "c2")),
-        (500, {"error": {"message": "the model is overloaded"}}),
-        response(message("recovered")),
-    ])  # fmt: skip
+    mock = model(
+        [
+            response(function_call("exec_command", {"cmd": "true"}, "c1")),
+            response(function_call("exec_command", {"cmd": "true"}, "c2")),
+            (500, {"error": {"message": "the model is overloaded"}}),
+            response(message("recovered")),
+        ]
+    )
 
     async def body(session: ClientSession):
         first = await session.call_tool("codex", {"prompt": "loop", "cwd": str(workspace)})
@@ -521,7 +654,9 @@ def test_a_cancelled_call_stops_its_turn_before_the_next_tool_call(daemon, model
     mock = model([response(message("first")), slow, response(message("after"))])
 
     async def body(session: ClientSession):
-        first = await session.call_tool("codex", {"prompt": "start", "cwd": str(workspace), "sandbox": "workspace-write"})
+        first = await session.call_tool(
+            "codex", {"prompt": "start", "cwd": str(workspace), "sandbox": "workspace-write"}
+        )
         thread = {"threadId": first.structured_content["threadId"]}
         async with anyio.create_task_group() as tg:
             tg.start_soon(session.call_tool, "codex-reply", {**thread, "prompt": "slow"})
@@ -549,12 +684,14 @@ def test_a_cancelled_call_stops_its_turn_before_the_next_tool_call(daemon, model
 
 
 def test_approvals_are_asked_through_elicitation(daemon, model, workspace, tmp_path):
-    mock = model([
-        response(function_call("exec_command", {"cmd": "touch approved.txt"}, "c1")),
-        response(message("approved one")),
-        response(function_call("exec_command", {"cmd": "touch declined.txt"}, "c2")),
-        response(message("declined one")),
-    ])  # fmt: skip
+    mock = model(
+        [
+            response(function_call("exec_command", {"cmd": "touch approved.txt"}, "c1")),
+            response(message("approved one")),
+            response(function_call("exec_command", {"cmd": "touch declined.txt"}, "c2")),
+            response(message("declined one")),
+        ]
+    )
     asked: list[types.ElicitRequestFormParams] = []
     answers = [types.ElicitResult(action="accept"), types.ElicitResult(action="decline")]
 
@@ -565,7 +702,12 @@ def test_approvals_are_asked_through_elicitation(daemon, model, workspace, tmp_p
     async def body(session: ClientSession):
         first = await session.call_tool(
             "codex",
-            {"prompt": "touch", "cwd": str(workspace), "sandbox": "workspace-write", "approval-policy": "untrusted"},
+            {
+                "prompt": "touch",
+                "cwd": str(workspace),
+                "sandbox": "workspace-write",
+                "approval-policy": "untrusted",
+            },
         )
         second = await session.call_tool(
             "codex-reply", {"threadId": first.structured_content["threadId"], "prompt": "touch another"}
@@ -591,11 +733,13 @@ def test_approvals_are_asked_through_elicitation(daemon, model, workspace, tmp_p
 
 def test_an_approval_for_session_is_asked_once(daemon, model, workspace, tmp_path):
     touch = {"cmd": "touch again.txt"}
-    mock = model([
-        response(function_call("exec_command", touch, "c1")),
-        response(function_call("exec_command", touch, "c2")),
-        response(message("twice")),
-    ])  # fmt: skip
+    mock = model(
+        [
+            response(function_call("exec_command", touch, "c1")),
+            response(function_call("exec_command", touch, "c2")),
+            response(message("twice")),
+        ]
+    )
     asked = []
 
     async def on_elicit(context, params):
@@ -605,7 +749,12 @@ def test_an_approval_for_session_is_asked_once(daemon, model, workspace, tmp_pat
     async def body(session: ClientSession):
         return await session.call_tool(
             "codex",
-            {"prompt": "p", "cwd": str(workspace), "sandbox": "workspace-write", "approval-policy": "untrusted"},
+            {
+                "prompt": "p",
+                "cwd": str(workspace),
+                "sandbox": "workspace-write",
+                "approval-policy": "untrusted",
+            },
         )
 
     result = run_server(daemon, mock, body, tmp_path, elicitation_callback=on_elicit)
@@ -616,15 +765,22 @@ def test_an_approval_for_session_is_asked_once(daemon, model, workspace, tmp_pat
 
 
 def test_without_elicitation_approvals_are_denied(daemon, model, workspace, tmp_path):
-    mock = model([
-        response(function_call("exec_command", {"cmd": "touch never.txt"}, "c1")),
-        response(message("it was refused")),
-    ])  # fmt: skip
+    mock = model(
+        [
+            response(function_call("exec_command", {"cmd": "touch never.txt"}, "c1")),
+            response(message("it was refused")),
+        ]
+    )
 
     async def body(session: ClientSession):
         return await session.call_tool(
             "codex",
-            {"prompt": "p", "cwd": str(workspace), "sandbox": "workspace-write", "approval-policy": "untrusted"},
+            {
+                "prompt": "p",
+                "cwd": str(workspace),
+                "sandbox": "workspace-write",
+                "approval-policy": "untrusted",
+            },
         )
 
     result = run_server(daemon, mock, body, tmp_path)  # the client declares no elicitation

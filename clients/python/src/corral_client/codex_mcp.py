@@ -76,10 +76,14 @@ CODEX_TOOL: dict[str, Any] = {
                 "description": "The set of instructions to use instead of the default ones.",
                 "type": "string",
             },
-            "compact-prompt": {"description": "Prompt used when compacting the conversation.", "type": "string"},
+            "compact-prompt": {
+                "description": "Prompt used when compacting the conversation.",
+                "type": "string",
+            },
             "config": {
                 "additionalProperties": True,
-                "description": "Individual config settings that will override what is in CODEX_HOME/config.toml.",
+                "description": "Individual config settings that will override what is in "
+                "CODEX_HOME/config.toml.",
                 "type": "object",
             },
             "cwd": {
@@ -99,7 +103,10 @@ CODEX_TOOL: dict[str, Any] = {
                 "description": "Configuration profile from config.toml to specify default options.",
                 "type": "string",
             },
-            "prompt": {"description": "The *initial user prompt* to start the Codex conversation.", "type": "string"},
+            "prompt": {
+                "description": "The *initial user prompt* to start the Codex conversation.",
+                "type": "string",
+            },
             "sandbox": {
                 "description": "Sandbox mode: `read-only`, `workspace-write`, or `danger-full-access`.",
                 "enum": list(SANDBOX_MODES),
@@ -156,8 +163,12 @@ DEFAULT_MAX_TURNS = 100
 # Codex's text for a tool call that never got its output (an interrupted turn).
 ABORTED = "aborted"
 # Decisions an elicitation's form may carry (Codex's ReviewDecision names).
-_DECISIONS = {"approved": "approved", "approved_for_session": "approved_for_session", "denied": "denied",
-              "abort": "denied"}  # fmt: skip
+_DECISIONS = {
+    "approved": "approved",
+    "approved_for_session": "approved_for_session",
+    "denied": "denied",
+    "abort": "denied",
+}
 
 
 class ToolCallError(Exception):
@@ -201,24 +212,38 @@ class CodexParams:
 
 
 _PARAMS = {
-    "prompt": "prompt", "model": "model", "profile": "profile", "cwd": "cwd",
-    "approval-policy": "approval_policy", "sandbox": "sandbox", "config": "config",
-    "base-instructions": "base_instructions", "developer-instructions": "developer_instructions",
+    "prompt": "prompt",
+    "model": "model",
+    "profile": "profile",
+    "cwd": "cwd",
+    "approval-policy": "approval_policy",
+    "sandbox": "sandbox",
+    "config": "config",
+    "base-instructions": "base_instructions",
+    "developer-instructions": "developer_instructions",
     "compact-prompt": "compact_prompt",
     # Codex 0.11 to 0.47 (the plan tool is always offered since): still honoured.
     "include-plan-tool": "include_plan_tool",
-}  # fmt: skip
+}
 
 # The `config` keys this server applies (Codex's config.toml names, dotted): what maps onto a
 # corral session or the model request. Any other key is refused rather than silently ignored.
 _CONFIG_KEYS = {
-    "model": str, "profile": str, "approval_policy": str, "sandbox_mode": str,
-    "base_instructions": str, "developer_instructions": str, "include_plan_tool": bool,
-    "tools.view_image": bool, "project_doc_max_bytes": int, "model_reasoning_effort": str,
-    "sandbox_workspace_write.network_access": bool, "sandbox_workspace_write.writable_roots": list,
+    "model": str,
+    "profile": str,
+    "approval_policy": str,
+    "sandbox_mode": str,
+    "base_instructions": str,
+    "developer_instructions": str,
+    "include_plan_tool": bool,
+    "tools.view_image": bool,
+    "project_doc_max_bytes": int,
+    "model_reasoning_effort": str,
+    "sandbox_workspace_write.network_access": bool,
+    "sandbox_workspace_write.writable_roots": list,
     "sandbox_workspace_write.exclude_tmpdir_env_var": bool,
     "sandbox_workspace_write.exclude_slash_tmp": bool,
-}  # fmt: skip
+}
 
 
 def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -283,8 +308,10 @@ def parse_codex_arguments(arguments: Mapping[str, Any] | None, server_cwd: str) 
         if not isinstance(value, want):
             name = next(k for k, v in _PARAMS.items() if v == key)
             raise ToolCallError(f"{prefix}`{name}` must be {_type_name(want)}")
-    for key, name, allowed in (("approval_policy", "approval-policy", APPROVAL_POLICIES),
-                               ("sandbox", "sandbox", SANDBOX_MODES)):  # fmt: skip
+    for key, name, allowed in (
+        ("approval_policy", "approval-policy", APPROVAL_POLICIES),
+        ("sandbox", "sandbox", SANDBOX_MODES),
+    ):
         if args.get(key) is not None and args[key] not in allowed:
             raise ToolCallError(
                 f"{prefix}unknown variant `{args[key]}` of `{name}`, expected one of {', '.join(allowed)}"
@@ -437,9 +464,12 @@ class Conversation:
         for _ in range(self.max_turns):
             self._check(cancel)
             output = self.api.responses(
-                instructions=self.instructions, input=self.history, tools=self.tools, model=self.model,
+                instructions=self.instructions,
+                input=self.history,
+                tools=self.tools,
+                model=self.model,
                 extra=self.extra,
-            )  # fmt: skip
+            )
             self.history += output
             calls = [item for item in output if self.adapter.is_tool_call(item)]
             if not calls:
@@ -452,7 +482,9 @@ class Conversation:
     def _chat_turn(self, cancel: threading.Event) -> str:
         for _ in range(self.max_turns):
             self._check(cancel)
-            message = self.api.chat(messages=self.history, tools=self.tools, model=self.model, extra=self.extra)
+            message = self.api.chat(
+                messages=self.history, tools=self.tools, model=self.model, extra=self.extra
+            )
             tool_calls = message.get("tool_calls") or []
             assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
             if tool_calls:
@@ -469,17 +501,23 @@ class Conversation:
         """After a failed turn, every tool call of it without an output gets Codex's ``aborted``,
         so the conversation stays one the API accepts and codex-reply can continue it."""
         if self.shape == "responses":
-            answered = {i.get("call_id") for i in self.history[start:] if str(i.get("type", "")).endswith("_output")}
+            answered = {
+                i.get("call_id") for i in self.history[start:] if str(i.get("type", "")).endswith("_output")
+            }
             for item in list(self.history[start:]):
                 kind = item.get("type")
                 if kind in ResponsesAdapter.TOOL_CALL_TYPES and item.get("call_id") not in answered:
-                    self.history.append({"type": f"{kind}_output", "call_id": item.get("call_id"), "output": ABORTED})
+                    self.history.append(
+                        {"type": f"{kind}_output", "call_id": item.get("call_id"), "output": ABORTED}
+                    )
         else:
             answered = {m.get("tool_call_id") for m in self.history[start:] if m.get("role") == "tool"}
             for message in list(self.history[start:]):
                 for tool_call in message.get("tool_calls") or []:
                     if tool_call.get("id") not in answered:
-                        self.history.append({"role": "tool", "tool_call_id": tool_call.get("id"), "content": ABORTED})
+                        self.history.append(
+                            {"role": "tool", "tool_call_id": tool_call.get("id"), "content": ABORTED}
+                        )
 
 
 # -- the server's state ---------------------------------------------------------------------
@@ -508,16 +546,26 @@ class CodexServer:
 
     def open(self, params: CodexParams) -> Conversation:
         """Opens the session of a new thread (blocking); registered once it is ready."""
-        mode: str | int = params.sandbox or (0 if params.profile else DEFAULT_SANDBOX)  # a profile brings its mode
+        mode: str | int = params.sandbox or (
+            0 if params.profile else DEFAULT_SANDBOX
+        )  # a profile brings its mode
         session = self.client.open_session(
-            params.cwd, mode, writable_roots=params.writable_roots, network_access=params.network_access,
-            env=self.env, exclude_tmpdir_env_var=params.exclude_tmpdir_env_var,
-            exclude_slash_tmp=params.exclude_slash_tmp, profile=params.profile,
-            update_plan=params.update_plan, view_image=params.view_image,
+            params.cwd,
+            mode,
+            writable_roots=params.writable_roots,
+            network_access=params.network_access,
+            env=self.env,
+            exclude_tmpdir_env_var=params.exclude_tmpdir_env_var,
+            exclude_slash_tmp=params.exclude_slash_tmp,
+            profile=params.profile,
+            update_plan=params.update_plan,
+            view_image=params.view_image,
             approval_policy=params.approval_policy,
-        )  # fmt: skip
+        )
         try:
-            conversation = Conversation(str(uuid.uuid4()), session, self.api, params, max_turns=self.max_turns)
+            conversation = Conversation(
+                str(uuid.uuid4()), session, self.api, params, max_turns=self.max_turns
+            )
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the server is shutting down")
@@ -542,7 +590,9 @@ class CodexServer:
                 self.client.close_session(conversation.session.id, timeout=10)
             except CorralError as e:
                 if e.code.name != "NOT_FOUND":  # expired or closed already: nothing to do
-                    log.warning("closing session %s of thread %s: %s", conversation.session.id, conversation.id, e)
+                    log.warning(
+                        "closing session %s of thread %s: %s", conversation.session.id, conversation.id, e
+                    )
 
 
 def _error_text(error: BaseException) -> str:
@@ -579,7 +629,9 @@ class _McpFront:
         self.core = core
         self.types = types
 
-    def result(self, text: str, thread_id: str | None, *, is_error: bool = False, session_id: str = "") -> Any:
+    def result(
+        self, text: str, thread_id: str | None, *, is_error: bool = False, session_id: str = ""
+    ) -> Any:
         """A tools/call result as Codex shapes it: the text, and ``{threadId, content}`` when there
         is a thread. The corral session id rides in ``_meta`` (for clients that attach to it)."""
         types = self.types
@@ -596,9 +648,12 @@ class _McpFront:
         types = self.types
         tools = [
             types.Tool(
-                name=t["name"], title=t["title"], description=t["description"],
-                input_schema=t["inputSchema"], output_schema=t["outputSchema"],
-            )  # fmt: skip
+                name=t["name"],
+                title=t["title"],
+                description=t["description"],
+                input_schema=t["inputSchema"],
+                output_schema=t["outputSchema"],
+            )
             for t in (CODEX_TOOL, CODEX_REPLY_TOOL)
         ]
         return types.ListToolsResult(tools=tools)
@@ -656,7 +711,9 @@ class _McpFront:
             raise
         except Exception as e:
             log.info("thread %s: turn failed: %s", conversation.id, e)
-            return self.result(_error_text(e), conversation.id, is_error=True, session_id=conversation.session.id)
+            return self.result(
+                _error_text(e), conversation.id, is_error=True, session_id=conversation.session.id
+            )
         return self.result(text, conversation.id, session_id=conversation.session.id)
 
     def _can_elicit(self, ctx: Any) -> bool:
@@ -665,9 +722,13 @@ class _McpFront:
         if elicitation is None:
             return False
         # `{}` is the form mode (before URL mode existed); url-only clients cannot show a form.
-        return not (getattr(elicitation, "form", None) is None and getattr(elicitation, "url", None) is not None)
+        return not (
+            getattr(elicitation, "form", None) is None and getattr(elicitation, "url", None) is not None
+        )
 
-    async def _ask(self, ctx: Any, conversation: Conversation, request: pb.ApprovalRequest, cancel: threading.Event) -> str:
+    async def _ask(
+        self, ctx: Any, conversation: Conversation, request: pb.ApprovalRequest, cancel: threading.Event
+    ) -> str:
         """The MCP client's decision on an approval request; denied when it cannot be asked,
         declines, or does not answer before the request expires."""
         import anyio
@@ -677,7 +738,10 @@ class _McpFront:
         if cancel.is_set():
             return "denied"
         if not self._can_elicit(ctx):
-            log.info("approval for `%s` denied: the MCP client does not support elicitation", shlex.join(request.command))
+            log.info(
+                "approval for `%s` denied: the MCP client does not support elicitation",
+                shlex.join(request.command),
+            )
             return "denied"
         command = shlex.join(request.command)
         message = f"Allow Codex to run `{command}` in `{request.cwd}`?"
@@ -698,10 +762,13 @@ class _McpFront:
             },
         }
         meta = {  # Codex's correlation fields (it sends them beside `message`; the SDK keeps only _meta)
-            "threadId": conversation.id, "codex_elicitation": "exec-approval",
-            "codex_mcp_tool_call_id": str(ctx.request_id), "codex_call_id": request.call_id,
-            "codex_command": list(request.command), "codex_cwd": request.cwd,
-        }  # fmt: skip
+            "threadId": conversation.id,
+            "codex_elicitation": "exec-approval",
+            "codex_mcp_tool_call_id": str(ctx.request_id),
+            "codex_call_id": request.call_id,
+            "codex_command": list(request.command),
+            "codex_cwd": request.cwd,
+        }
         elicit = types.ElicitRequest(
             params=types.ElicitRequestFormParams(message=message, requested_schema=schema, _meta=meta)
         )
@@ -711,7 +778,9 @@ class _McpFront:
         try:
             with anyio.fail_after(seconds):
                 result = await ctx.session.send_request(
-                    elicit, types.ElicitResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+                    elicit,
+                    types.ElicitResult,
+                    metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
                 )
         except TimeoutError:
             log.info("approval for `%s` denied: no answer before it expired", command)
@@ -756,21 +825,47 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "corral runs the model's tool calls. Model settings default to $CORRAL_MODEL_API, "
         "$OPENAI_BASE_URL, $OPENAI_MODEL; the key is read from $OPENAI_API_KEY (see --api-key-env).",
     )
-    parser.add_argument("--socket", metavar="TARGET", help="the daemon (default: $CORRAL_SOCKET, else the "
-                        "per-user or the system socket, as for the corral CLI)")  # fmt: skip
-    parser.add_argument("--api", choices=APIS, help="Responses API or Chat Completions (default: "
-                        "$CORRAL_MODEL_API, else responses)")  # fmt: skip
+    parser.add_argument(
+        "--socket",
+        metavar="TARGET",
+        help="the daemon (default: $CORRAL_SOCKET, else the "
+        "per-user or the system socket, as for the corral CLI)",
+    )
+    parser.add_argument(
+        "--api",
+        choices=APIS,
+        help="Responses API or Chat Completions (default: $CORRAL_MODEL_API, else responses)",
+    )
     parser.add_argument("--base-url", help="the model API root (default: $OPENAI_BASE_URL, else OpenAI's)")
     parser.add_argument("--model", help="the default model (default: $OPENAI_MODEL, else gpt-5-codex)")
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
-                        help="the environment variable holding the API key (default: OPENAI_API_KEY)")  # fmt: skip
-    parser.add_argument("--max-turns", type=int, default=DEFAULT_MAX_TURNS, metavar="N",
-                        help=f"model calls per codex/codex-reply call at most (default: {DEFAULT_MAX_TURNS})")  # fmt: skip
-    parser.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
-                        help="the longest one model call may take (default: 600)")  # fmt: skip
-    parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
-                        help="also give commands this variable of the server's environment (repeatable; "
-                        f"they get {', '.join(CORE_ENV)} when set)")  # fmt: skip
+    parser.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="the environment variable holding the API key (default: OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=DEFAULT_MAX_TURNS,
+        metavar="N",
+        help=f"model calls per codex/codex-reply call at most (default: {DEFAULT_MAX_TURNS})",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="the longest one model call may take (default: 600)",
+    )
+    parser.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also give commands this variable of the server's environment (repeatable; "
+        f"they get {', '.join(CORE_ENV)} when set)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="log each turn and approval to stderr")
     args = parser.parse_args(argv)
     if args.max_turns < 1:
@@ -783,9 +878,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     logging.basicConfig(
-        stream=sys.stderr, level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        level=logging.INFO if args.verbose else logging.WARNING,
         format="corral-codex-mcp: %(message)s",
-    )  # fmt: skip
+    )
     try:
         _import_mcp()
         import anyio
@@ -794,9 +890,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = ModelSettings.from_env(
-            key_var=args.api_key_env, api=args.api, base_url=args.base_url, model=args.model,
+            key_var=args.api_key_env,
+            api=args.api,
+            base_url=args.base_url,
+            model=args.model,
             timeout=args.request_timeout,
-        )  # fmt: skip
+        )
         client = Client(args.socket)
     except (ValueError, CorralError) as e:
         print(f"corral-codex-mcp: {e}", file=sys.stderr)

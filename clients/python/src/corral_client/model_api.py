@@ -60,7 +60,9 @@ class ModelSettings:
             raise ValueError(f"model API base URL {self.base_url!r} is not an http(s) URL")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, *, key_var: str = "OPENAI_API_KEY", **overrides: Any) -> ModelSettings:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, key_var: str = "OPENAI_API_KEY", **overrides: Any
+    ) -> ModelSettings:
         """The settings from the environment (see the module docs); ``overrides`` that are not
         None win over it."""
         env = os.environ if env is None else env
@@ -74,7 +76,10 @@ class ModelSettings:
 
     def __repr__(self) -> str:  # never print the key
         key = "set" if self.api_key else "unset"
-        return f"ModelSettings(api={self.api!r}, base_url={self.base_url!r}, api_key={key}, model={self.model!r})"
+        return (
+            f"ModelSettings(api={self.api!r}, base_url={self.base_url!r}, api_key={key}, "
+            f"model={self.model!r}, timeout={self.timeout!r})"
+        )
 
 
 class ModelAPI:
@@ -117,8 +122,14 @@ class ModelAPI:
     ) -> list[dict[str, Any]]:
         """POST ``/responses``; returns the response's ``output`` items. ``extra`` adds request
         fields (e.g. ``reasoning``)."""
-        body = {"model": model or self.settings.model, "instructions": instructions, "input": list(input),
-                "tools": list(tools), "tool_choice": "auto", **dict(extra or {})}  # fmt: skip
+        body = {
+            "model": model or self.settings.model,
+            "instructions": instructions,
+            "input": list(input),
+            "tools": list(tools),
+            "tool_choice": "auto",
+            **dict(extra or {}),
+        }
         answer = self._post("/responses", body)
         if answer.get("error"):
             raise ModelAPIError(f"model API error: {_error_text(answer['error'])}")
@@ -126,7 +137,9 @@ class ModelAPI:
         if not isinstance(output, list) or not all(isinstance(i, dict) for i in output):
             raise ModelAPIError("the Responses API answer has no output list")
         if answer.get("status") in ("failed", "incomplete") and not output:
-            raise ModelAPIError(f"the model's response is {answer['status']}: {answer.get('incomplete_details')}")
+            raise ModelAPIError(
+                f"the model's response is {answer['status']}: {answer.get('incomplete_details')}"
+            )
         return output
 
     def chat(
@@ -138,8 +151,13 @@ class ModelAPI:
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """POST ``/chat/completions``; returns the first choice's assistant message."""
-        body = {"model": model or self.settings.model, "messages": list(messages), "tools": list(tools),
-                "tool_choice": "auto", **dict(extra or {})}  # fmt: skip
+        body = {
+            "model": model or self.settings.model,
+            "messages": list(messages),
+            "tools": list(tools),
+            "tool_choice": "auto",
+            **dict(extra or {}),
+        }
         answer = self._post("/chat/completions", body)
         if answer.get("error"):
             raise ModelAPIError(f"model API error: {_error_text(answer['error'])}")
@@ -168,7 +186,9 @@ def responses_text(items: Sequence[Mapping[str, Any]]) -> str | None:
                 text = parts
             else:
                 text = "".join(
-                    str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "output_text"
+                    str(p.get("text", ""))
+                    for p in parts
+                    if isinstance(p, dict) and p.get("type") == "output_text"
                 )
     return text
 
