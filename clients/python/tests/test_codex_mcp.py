@@ -60,6 +60,11 @@ def test_codex_arguments_follow_codex_defaults_and_precedence(tmp_path):
     assert (p.network_access, p.writable_roots, p.exclude_slash_tmp) == (True, ["/srv/data"], True)
     assert (p.project_doc_max_bytes, p.reasoning_effort, p.update_plan) == (0, "low", False)
 
+    # [sandbox_workspace_write] counts only in that mode, as in Codex.
+    config = {"sandbox_workspace_write": {"network_access": True, "writable_roots": ["/srv"]}}
+    p = parse_codex_arguments({"prompt": "x", "sandbox": "read-only", "config": config}, "/base")
+    assert (p.network_access, p.writable_roots) == (False, [])
+
 
 @pytest.mark.parametrize(
     "arguments, message",

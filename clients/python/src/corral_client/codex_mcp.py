@@ -328,10 +328,14 @@ def parse_codex_arguments(arguments: Mapping[str, Any] | None, server_cwd: str) 
 
     include_plan = pick("include_plan_tool", "include_plan_tool")
     cwd = args.get("cwd") or server_cwd
+    sandbox = pick("sandbox", "sandbox_mode")
+    # Codex reads [sandbox_workspace_write] only in that mode (corral would give a read-only
+    # session network access too).
+    write = config if sandbox == "workspace-write" else {}
     return CodexParams(
         prompt=args["prompt"],
         cwd=os.path.normpath(os.path.join(server_cwd, cwd)),
-        sandbox=pick("sandbox", "sandbox_mode"),
+        sandbox=sandbox,
         approval_policy=pick("approval_policy", "approval_policy", DEFAULT_APPROVAL_POLICY),
         model=pick("model", "model"),
         profile=pick("profile", "profile"),
@@ -340,10 +344,10 @@ def parse_codex_arguments(arguments: Mapping[str, Any] | None, server_cwd: str) 
         compact_prompt=args.get("compact_prompt"),
         update_plan=None if include_plan is None else bool(include_plan),
         view_image=config.get("tools.view_image"),
-        network_access=config.get("sandbox_workspace_write.network_access", False),
-        writable_roots=list(config.get("sandbox_workspace_write.writable_roots", [])),
-        exclude_tmpdir_env_var=config.get("sandbox_workspace_write.exclude_tmpdir_env_var", False),
-        exclude_slash_tmp=config.get("sandbox_workspace_write.exclude_slash_tmp", False),
+        network_access=write.get("sandbox_workspace_write.network_access", False),
+        writable_roots=list(write.get("sandbox_workspace_write.writable_roots", [])),
+        exclude_tmpdir_env_var=write.get("sandbox_workspace_write.exclude_tmpdir_env_var", False),
+        exclude_slash_tmp=write.get("sandbox_workspace_write.exclude_slash_tmp", False),
         project_doc_max_bytes=config.get("project_doc_max_bytes"),
         reasoning_effort=config.get("model_reasoning_effort"),
     )
