@@ -44,6 +44,18 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
         }
         Command::Client(cmd) => {
+            // `corral list-dir . | head`: a reader that goes away ends the command quietly, as
+            // for any Unix filter (Rust ignores SIGPIPE, so a print would panic). `corral mcp`
+            // keeps it ignored: it closes the session it opened when its output breaks.
+            if !matches!(cmd, ClientCommand::Mcp(_)) {
+                // SAFETY: single-threaded here (no runtime yet); SIG_DFL installs no handler.
+                let _ = unsafe {
+                    nix::sys::signal::signal(
+                        nix::sys::signal::Signal::SIGPIPE,
+                        nix::sys::signal::SigHandler::SigDfl,
+                    )
+                };
+            }
             let common = cli.common;
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -65,6 +77,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
+    corral::worker::frame::tune_allocator();
     // A config that --check-config passes also starts: both run the same checks.
     let config = match Config::load(&args).and_then(|c| c.check_files().map(|()| c)) {
         Ok(c) => c,

@@ -652,3 +652,29 @@ async fn serves_a_socket_passed_by_systemd_socket_activation() {
     // The socket file belongs to the activator (systemd), not to the daemon.
     assert!(socket.exists());
 }
+
+/// `corral tools | head -c1`: a reader that leaves ends the command quietly (no panic, no error
+/// line), as for any Unix filter.
+#[tokio::test]
+async fn a_closed_stdout_ends_a_cli_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = Daemon::start(&[]).await;
+    let mut child = std::process::Command::new(CORRAL)
+        .args(["tools", "--socket", d.target()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before the command writes a byte.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "nothing to report: {stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(nix::sys::signal::Signal::SIGPIPE as i32),
+        "{:?}",
+        out.status
+    );
+}

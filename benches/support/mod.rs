@@ -92,6 +92,10 @@ impl Daemon {
         Err(format!("daemon did not start; log:\n{}", daemon.log_text()))
     }
 
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
     pub async fn channel(&self) -> Result<Channel, String> {
         corral::client::connect(self.socket.to_str().expect("utf-8 socket path")).await
     }

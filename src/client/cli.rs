@@ -158,6 +158,9 @@ pub enum ClientCommand {
         #[command(flatten)]
         session: SessionOpts,
     },
+    /// Copy a file or directory into or out of a session: `corral cp ./dir :dest` uploads,
+    /// `corral cp :out.bin ./out.bin` downloads (exactly one side is remote, `:PATH`).
+    Cp(super::cp::CpArgs),
     /// Run one model tool call through the bridge: NAME and its JSON arguments.
     Invoke {
         name: String,
@@ -226,6 +229,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
     )?;
     let channel = connect_with(&target, &common.tcp_auth(&target)?).await?;
     match command {
+        ClientCommand::Cp(args) => super::cp::run(common, channel, args).await,
         ClientCommand::Health => {
             let mut client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
             let resp = client
@@ -457,7 +461,10 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
 }
 
 /// The session to use: the given one, or a temporary one (closed afterwards).
-async fn open(channel: &Connection, opts: &SessionOpts) -> Result<(String, bool), String> {
+pub(super) async fn open(
+    channel: &Connection,
+    opts: &SessionOpts,
+) -> Result<(String, bool), String> {
     if let Some(id) = &opts.session {
         return Ok((id.clone(), false));
     }
@@ -533,7 +540,7 @@ fn mode_of(mode: ModeArg) -> api::SandboxMode {
     }
 }
 
-async fn close(channel: &Connection, id: &str, temporary: bool) {
+pub(super) async fn close(channel: &Connection, id: &str, temporary: bool) {
     if temporary {
         let _ = SessionsClient::new(channel.clone())
             .close_session(api::CloseSessionRequest {

@@ -1,9 +1,10 @@
-//! The thin CLI client: `corral read-file`, `list-dir`, `tools`, `invoke`, `health`, and the
-//! MCP front, `corral mcp`.
+//! The thin CLI client: `corral read-file`, `list-dir`, `cp`, `tools`, `invoke`, `health`, and
+//! the MCP front, `corral mcp`.
 
 mod approve;
 mod cli;
 mod connect;
+mod cp;
 mod mcp;
 
 pub use cli::{ClientCommand, Common, TOKEN_ENV, run};

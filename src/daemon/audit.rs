@@ -294,6 +294,24 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::CloseSession(_) => ("close_session".into(), Vec::new()),
         Call::Process(p) => describe_process(p),
         Call::PromptContext(_) => ("get_prompt_context".into(), Vec::new()),
+        Call::Files(f) => describe_files(f),
+        Call::UploadPiece(_) => ("upload_piece".into(), Vec::new()),
+    }
+}
+
+/// A Files call: `read_bytes`, `write_bytes`, `upload` or `download` with the path it names
+/// (an upload's `source_name` too: it may be where the tree lands).
+fn describe_files(call: &crate::wire::FilesCall) -> (String, Vec<String>) {
+    use crate::wire::files_call::Op;
+    match &call.op {
+        Some(Op::ReadBytes(r)) => ("read_bytes".into(), vec![r.path.clone()]),
+        Some(Op::WriteBytes(r)) => ("write_bytes".into(), vec![r.path.clone()]),
+        Some(Op::Upload(r)) if !r.source_name.is_empty() => {
+            ("upload".into(), vec![r.path.clone(), r.source_name.clone()])
+        }
+        Some(Op::Upload(r)) => ("upload".into(), vec![r.path.clone()]),
+        Some(Op::Download(r)) => ("download".into(), vec![r.path.clone()]),
+        None => ("files".into(), Vec::new()),
     }
 }
 
@@ -387,7 +405,8 @@ pub fn call_len(call: &Call) -> usize {
         Call::Invoke(r) => r.encoded_len(),
         Call::Process(p) => p.encoded_len(),
         Call::PromptContext(r) => r.encoded_len(),
-        Call::Cancel(_) | Call::Credit(_) | Call::CloseSession(_) => 0,
+        Call::Files(f) => f.encoded_len(),
+        Call::Cancel(_) | Call::Credit(_) | Call::CloseSession(_) | Call::UploadPiece(_) => 0,
     }
 }
 
@@ -401,6 +420,7 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
         Reply::Invoke(r) => r.encoded_len(),
         Reply::Process(r) => r.encoded_len(),
         Reply::PromptContext(r) => r.encoded_len(),
+        Reply::Files(r) => r.encoded_len(),
         _ => 0,
     };
     match reply {

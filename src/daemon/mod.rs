@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod environment;
 pub mod executor;
+pub mod files;
 pub mod identity;
 pub mod inflight;
 pub mod listener;

@@ -271,6 +271,30 @@ impl Worker {
         Ok((handle, rx))
     }
 
+    /// Sends the next piece of upload `call` (after its call request, on the same ordered queue,
+    /// within the same byte budget).
+    pub async fn send_piece(&self, piece: crate::wire::UploadPiece) -> Result<(), Status> {
+        if self.is_dead() {
+            return Err(status::worker_died());
+        }
+        let bytes = frame::encode(&WorkerRequest {
+            id: 0,
+            context: None,
+            call: Some(Call::UploadPiece(piece)),
+            stream: false,
+        });
+        let share = u32::try_from(bytes.len().min(OUTGOING_BYTES)).unwrap_or(u32::MAX);
+        let permit = self
+            .outgoing_budget
+            .clone()
+            .acquire_many_owned(share)
+            .await
+            .map_err(|_| status::worker_died())?;
+        self.outgoing
+            .send((bytes, permit))
+            .map_err(|_| status::worker_died())
+    }
+
     /// Runs a unary call to completion.
     pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
         self.call_tracked(context, call).await.map(|t| t.reply)
@@ -325,6 +349,11 @@ pub struct CallHandle {
 }
 
 impl CallHandle {
+    /// The call's request id (what its upload pieces name).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The call ended: nothing to cancel on drop.
     pub fn done(&mut self) {
         self.finished = true;

@@ -2,7 +2,7 @@
 //! shutdown on SIGTERM/SIGINT.
 
 use crate::api::{
-    bridge_server::BridgeServer, processes_server::ProcessesServer,
+    bridge_server::BridgeServer, files_server::FilesServer, processes_server::ProcessesServer,
     sessions_server::SessionsServer, tools_server::ToolsServer,
 };
 use crate::daemon::audit::Audit;
@@ -93,6 +93,9 @@ pub async fn serve(
             health_reporter
                 .set_serving::<ProcessesServer<CorralService>>()
                 .await;
+            health_reporter
+                .set_serving::<FilesServer<CorralService>>()
+                .await;
         }
         Err(e) => {
             // Sandboxed calls would fail closed: say so before anyone calls.
@@ -105,6 +108,9 @@ pub async fn serve(
                 .await;
             health_reporter
                 .set_not_serving::<ProcessesServer<CorralService>>()
+                .await;
+            health_reporter
+                .set_not_serving::<FilesServer<CorralService>>()
                 .await;
             health_reporter
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -136,6 +142,7 @@ pub async fn serve(
         .add_service(SessionsServer::new(service.clone()))
         .add_service(ToolsServer::new(service.clone()))
         .add_service(ProcessesServer::new(service.clone()))
+        .add_service(FilesServer::new(service.clone()))
         .add_service(BridgeServer::new(service));
 
     // Kubernetes' `grpc:` probe speaks neither TLS nor Unix sockets: the health service, and

@@ -62,13 +62,13 @@ pub struct CorralService {
 /// How a refused escalation is answered: the typed RPCs fail with PERMISSION_DENIED; a model's
 /// call through Invoke gets Codex's refusal text as its output.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Refusal {
+pub(super) enum Refusal {
     Status,
     ToModel,
 }
 
 /// A call the pipeline refused before it reached a worker.
-enum Refused {
+pub(super) enum Refused {
     Status(Status),
     /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
     Answered(Box<Reply>),
@@ -97,13 +97,13 @@ fn answered(r: &api::InvokeRequest, output: String) -> Refused {
 }
 
 /// A call on its way through the pipeline: what its audit line and metrics need at the end.
-struct Trace {
+pub(super) struct Trace {
     caller: Caller,
-    session_id: String,
+    pub(super) session_id: String,
     tool: String,
     /// A copy of the call for the audit line (only when the audit log is on).
     described: Option<Call>,
-    bytes_in: usize,
+    pub(super) bytes_in: usize,
     started: Instant,
     mode: String,
     escalated: bool,
@@ -115,9 +115,9 @@ struct Trace {
 /// What the policy checks granted: the session, whether the call runs escalated, and the
 /// running-command slot it holds until it ends (or, if it leaves a process running, until
 /// that process is gone).
-struct Admitted {
-    session: Arc<Session>,
-    escalated: bool,
+pub(super) struct Admitted {
+    pub(super) session: Arc<Session>,
+    pub(super) escalated: bool,
     slot: Option<Slot>,
     /// The command, when the session's approval policy governs the call.
     command: Option<Command>,
@@ -136,7 +136,7 @@ impl CorralService {
             .ok_or_else(|| status::session_not_found(id))
     }
 
-    fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
+    pub(super) fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
         Trace {
             _in_flight: self.in_flight.enter(),
             caller,
@@ -160,7 +160,7 @@ impl CorralService {
     /// The approval policy (spec/sandbox.md §5.2) is applied here too: a command call may be
     /// held for the user's decision (`Refused::Ask`), before it takes a running-command slot.
     /// `resume` is the question a parked call's approval answered.
-    fn admit(
+    pub(super) fn admit(
         &self,
         trace: &mut Trace,
         call: &Call,
@@ -267,7 +267,7 @@ impl CorralService {
     }
 
     /// The end of every call: metrics and the audit line.
-    fn finish(&self, trace: Trace, outcome: &Outcome) {
+    pub(super) fn finish(&self, trace: Trace, outcome: &Outcome) {
         let elapsed = trace.started.elapsed();
         crate::daemon::metrics::call(&trace.tool, &outcome.name, elapsed);
         if let Some(call) = &trace.described {
@@ -287,7 +287,7 @@ impl CorralService {
     }
 
     /// A refusal ends the call here, audited and counted like any other outcome.
-    fn refuse(&self, trace: Trace, refused: Refused) -> Result<Reply, Status> {
+    pub(super) fn refuse(&self, trace: Trace, refused: Refused) -> Result<Reply, Status> {
         match refused {
             Refused::Status(s) => {
                 self.finish(trace, &Outcome::code(s.code()));
@@ -428,7 +428,7 @@ impl CorralService {
     }
 
     /// The pipeline for a unary call (every typed RPC but ShellStream, and Invoke).
-    async fn run(
+    pub(super) async fn run(
         &self,
         caller: Caller,
         session_id: &str,
@@ -615,6 +615,7 @@ impl CorralService {
             credits: handle.credits(),
             progress: progress.clone(),
             ended: false,
+            window_len: delta_len,
         };
         let pump = Pump {
             service: self.clone(),
@@ -668,14 +669,14 @@ fn approval_reply(call: &Call, request: api::ApprovalRequest) -> Option<Reply> {
 /// Where a streamed call's client is: events handed to the stream and not yet taken by the
 /// transport, and since when it has made no progress.
 #[derive(Default)]
-struct Progress {
+pub(super) struct Progress {
     state: Mutex<(usize, Option<Instant>)>,
     /// Delta bytes taken by the transport (credited back to the worker).
-    credited: AtomicU64,
+    pub(super) credited: AtomicU64,
 }
 
 impl Progress {
-    fn pushed(&self) {
+    pub(super) fn pushed(&self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.0 == 0 {
             s.1 = Some(Instant::now());
@@ -691,7 +692,7 @@ impl Progress {
     }
 
     /// Events are waiting and the client has taken none of them for `budget`.
-    fn stalled(&self, budget: Duration) -> bool {
+    pub(super) fn stalled(&self, budget: Duration) -> bool {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 > 0 && s.1.is_some_and(|t| t.elapsed() >= budget)
     }
@@ -709,18 +710,21 @@ type StreamItem = Result<api::ShellStreamEvent, Status>;
 /// The response stream of ShellStream. Credit goes back to the worker only when the transport
 /// takes an event, so the daemon holds at most the worker's window of a call's output however
 /// slowly the client reads; a stall past the budget ends the stream with the pump's status.
-struct CallStream {
-    rx: mpsc::UnboundedReceiver<StreamItem>,
-    abort: Option<oneshot::Receiver<Status>>,
-    credits: Credits,
-    progress: Arc<Progress>,
-    ended: bool,
+/// (Download streams its chunks the same way.)
+pub(super) struct CallStream<T> {
+    pub(super) rx: mpsc::UnboundedReceiver<Result<T, Status>>,
+    pub(super) abort: Option<oneshot::Receiver<Status>>,
+    pub(super) credits: Credits,
+    pub(super) progress: Arc<Progress>,
+    pub(super) ended: bool,
+    /// The bytes of an item that count against the worker's flow-control window.
+    pub(super) window_len: fn(&T) -> u64,
 }
 
-impl tokio_stream::Stream for CallStream {
-    type Item = StreamItem;
+impl<T> tokio_stream::Stream for CallStream<T> {
+    type Item = Result<T, Status>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         if this.ended {
             return Poll::Ready(None);
@@ -738,7 +742,7 @@ impl tokio_stream::Stream for CallStream {
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(item)) => {
-                let bytes = item.as_ref().map(delta_len).unwrap_or(0);
+                let bytes = item.as_ref().map(this.window_len).unwrap_or(0);
                 this.progress.pulled(bytes);
                 if bytes > 0 {
                     this.credits.grant(bytes);

@@ -171,6 +171,37 @@ pub fn sandboxed_decider() -> Status {
     )
 }
 
+/// An upload that breaks the stream's rules before the worker sees it (no UploadStart first,
+/// a second one, an empty message, a data chunk over the limit).
+pub fn upload_refused(message: &str) -> Status {
+    invalid_field("item", &format!("{message}; nothing was changed"))
+}
+
+/// An upload's stream ended before its UploadFinish (the client cancelled, or is broken).
+pub fn upload_unfinished() -> Status {
+    Status::cancelled(
+        "the upload stream ended without its UploadFinish message (a cancelled client looks \
+         like this); nothing was changed. Send UploadFinish as the last message to commit",
+    )
+}
+
+/// An upload client sent nothing for longer than the stall budget.
+pub fn upload_stalled(budget: std::time::Duration) -> Status {
+    Status::resource_exhausted(format!(
+        "the client sent nothing of its upload for {} s, the daemon's stall budget; the upload was cancelled and nothing was changed",
+        budget.as_secs_f64()
+    ))
+}
+
+/// An upload's client stream failed (the client cancelled, or the connection broke).
+pub fn upload_interrupted(cause: &Status) -> Status {
+    Status::cancelled(format!(
+        "the upload stream ended abnormally ({}: {}); nothing was changed",
+        cause.code(),
+        cause.message()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@ pub mod list_dir;
 pub mod prompt_context;
 pub mod read_file;
 pub mod shell;
+pub mod transfer;
 pub mod unified_exec;
 pub mod update_plan;
 pub mod view_image;
@@ -32,8 +33,16 @@ pub enum ErrorKind {
     PermissionDenied,
     /// A tool's own time limit expired.
     DeadlineExceeded,
-    /// A per-session limit is reached (e.g. the processes a session keeps).
+    /// A per-session limit is reached (e.g. the processes a session keeps), or the disk is full.
     ResourceExhausted,
+    /// The target exists and the call may not replace it.
+    AlreadyExists,
+    /// The filesystem is not in the state the call needs (e.g. a directory where a file goes).
+    FailedPrecondition,
+    /// Something changed underneath the call (a file shrank while it was read); retrying may work.
+    Aborted,
+    /// The caller cancelled the call.
+    Cancelled,
     /// Any other I/O failure.
     Internal,
 }

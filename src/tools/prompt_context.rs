@@ -408,6 +408,9 @@ fn is_zone_name(name: &str) -> bool {
 }
 
 /// YYYY-MM-DD in the process's local time zone (glibc's TZ / /etc/localtime).
+// libc deprecates `time_t` on musl only because it will widen to 64 bits there; it is the
+// type localtime_r/gmtime_r take on every target.
+#[allow(deprecated)]
 fn local_date(t: libc::time_t) -> Option<String> {
     // SAFETY: localtime_r writes only the tm it is given.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
@@ -418,6 +421,9 @@ fn local_date(t: libc::time_t) -> Option<String> {
 }
 
 /// YYYY-MM-DD in UTC.
+// libc deprecates `time_t` on musl only because it will widen to 64 bits there; it is the
+// type localtime_r/gmtime_r take on every target.
+#[allow(deprecated)]
 pub fn utc_date(t: libc::time_t) -> String {
     // SAFETY: gmtime_r writes only the tm it is given; it cannot fail for a time(2) value.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };

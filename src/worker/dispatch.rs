@@ -26,6 +26,10 @@ pub fn code_of(kind: ErrorKind) -> tonic::Code {
         ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
         ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
         ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
+        ErrorKind::Aborted => tonic::Code::Aborted,
+        ErrorKind::Cancelled => tonic::Code::Cancelled,
         ErrorKind::Internal => tonic::Code::Internal,
     }
 }
@@ -44,13 +48,15 @@ fn failure(err: ToolError) -> ToolFailure {
 pub type Emit<'a> = dyn FnMut(Reply, Option<Instant>) + 'a;
 
 /// Runs one call to completion. `emit` receives the intermediate frames of a streaming call
-/// (`stream`); the returned reply is the final one.
+/// (`stream`); the returned reply is the final one. `pieces` is the call's inbox (an upload's
+/// pieces arrive there after its call).
 pub fn execute(
     ctx: &ToolContext,
     runner: &SandboxedRunner,
     call: Call,
     stream: bool,
     emit: &mut Emit<'_>,
+    pieces: &mut crate::worker::files::Pieces<'_>,
 ) -> Reply {
     // Calls that can write re-check protection first (per call, not per worker; H1). Read-only
     // tools cannot create or change a protected name, so they skip it.
@@ -60,6 +66,12 @@ pub fn execute(
         Call::Shell(_) | Call::ApplyPatch(_) => true,
         Call::Invoke(r) => r.name != "write_stdin",
         Call::Process(p) => matches!(p.op, Some(ProcessOp::Start(_))),
+        Call::Files(f) => matches!(
+            f.op,
+            Some(
+                crate::wire::files_call::Op::WriteBytes(_) | crate::wire::files_call::Op::Upload(_)
+            )
+        ),
         _ => false,
     };
     if can_write && let Err(what) = runner.protection.check_current() {
@@ -86,7 +98,10 @@ pub fn execute(
         )),
         Call::Process(p) => process_call(ctx, p).map(Reply::Process),
         Call::PromptContext(req) => Ok(Reply::PromptContext(prompt_context_call(ctx, &req))),
-        Call::Cancel(_) | Call::Credit(_) => Err(ToolError::invalid("not a call")),
+        Call::Files(f) => crate::worker::files::call(ctx, runner, f, emit, pieces),
+        Call::Cancel(_) | Call::Credit(_) | Call::UploadPiece(_) => {
+            Err(ToolError::invalid("not a call"))
+        }
     };
     result.unwrap_or_else(|e| Reply::Failure(failure(e)))
 }

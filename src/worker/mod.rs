@@ -5,6 +5,7 @@
 pub mod commands;
 pub mod confine;
 pub mod dispatch;
+pub mod files;
 pub mod frame;
 pub mod resolve;
 pub mod serve;

@@ -6,11 +6,12 @@ use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
 use crate::tools::ToolContext;
 use crate::wire::{
-    CallContext, Ready, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request,
+    CallContext, Ready, ToolFailure, UploadPiece, WorkerReply, WorkerRequest, worker_reply,
+    worker_request,
 };
 use crate::worker::commands::SandboxedRunner;
 use crate::worker::{confine, dispatch, frame};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ pub struct WorkerSpec {
 
 /// Entry point of `corral __worker`; returns the process exit status.
 pub fn worker_main() -> i32 {
+    frame::tune_allocator();
     // SAFETY: the daemon placed our end of the socketpair on WORKER_FD; nothing else owns it.
     let mut socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
     // The descriptor arrived without FD_CLOEXEC (it had to survive our exec). Set it now, or
@@ -239,6 +241,7 @@ fn bounded(result: worker_reply::Result) -> worker_reply::Result {
         worker_reply::Result::Invoke(r) => r.encoded_len(),
         worker_reply::Result::Process(r) => r.encoded_len(),
         worker_reply::Result::PromptContext(r) => r.encoded_len(),
+        worker_reply::Result::Files(r) => r.encoded_len(),
         _ => 0,
     };
     if len <= MAX_RESPONSE_BYTES {
@@ -293,13 +296,18 @@ pub fn layer_to_api(r: &LayerReport) -> api::Layer {
 /// How long in-flight calls get to kill their process trees when the worker shuts down.
 const SHUTDOWN_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// One in-flight call: its cancel flag and the flow-control window of its streamed output.
+/// One in-flight call: its cancel flag, the flow-control window of its streamed output, and
+/// (for an upload) the pieces that arrived for it.
 struct CallState {
     cancel: Arc<AtomicBool>,
     /// Delta bytes sent and not yet credited.
     unacked: Mutex<u64>,
     /// Woken by credit and by cancellation.
     wake: Condvar,
+    /// Upload pieces not yet taken, and their bytes.
+    inbox: Mutex<(VecDeque<UploadPiece>, u64)>,
+    /// Woken by a piece and by cancellation.
+    arrived: Condvar,
 }
 
 impl CallState {
@@ -308,13 +316,56 @@ impl CallState {
             cancel,
             unacked: Mutex::new(0),
             wake: Condvar::new(),
+            inbox: Mutex::new((VecDeque::new(), 0)),
+            arrived: Condvar::new(),
         }
     }
 
     fn cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
-        let _guard = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
-        self.wake.notify_all();
+        {
+            let _guard = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+            self.wake.notify_all();
+        }
+        let _guard = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        self.arrived.notify_all();
+    }
+
+    /// Queues an upload piece. The daemon keeps within the upload window; one that does not is
+    /// not trusted with the worker's memory: the call is cancelled.
+    fn deliver(&self, piece: UploadPiece) {
+        use prost::Message;
+        let len = piece.item.as_ref().map_or(0, |i| i.encoded_len() as u64);
+        let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        inbox.1 += len;
+        if inbox.1 > 2 * crate::worker::files::UPLOAD_WINDOW_BYTES + (2 << 20) {
+            drop(inbox);
+            eprintln!("corral worker: an upload exceeded its flow-control window; cancelled");
+            self.cancel();
+            return;
+        }
+        inbox.0.push_back(piece);
+        self.arrived.notify_all();
+    }
+
+    /// The next upload piece; with `wait`, blocks until one arrives or the call is cancelled.
+    fn next_piece(&self, wait: bool) -> crate::worker::files::Next {
+        use crate::worker::files::Next;
+        use prost::Message;
+        let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if self.cancel.load(Ordering::SeqCst) {
+                return Next::Cancelled;
+            }
+            if let Some(piece) = inbox.0.pop_front() {
+                inbox.1 -= piece.item.as_ref().map_or(0, |i| i.encoded_len() as u64);
+                return Next::Piece(piece);
+            }
+            if !wait {
+                return Next::Empty;
+            }
+            inbox = self.arrived.wait(inbox).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     fn credit(&self, bytes: u64) {
@@ -357,12 +408,20 @@ impl CallState {
 
 type Calls = Mutex<HashMap<u64, Arc<CallState>>>;
 
-/// The size of a streamed output delta (what the window counts); 0 for other frames.
+/// The size of a streamed output delta or download chunk (what the window counts); 0 for other
+/// frames.
 fn delta_bytes(reply: &worker_reply::Result) -> u64 {
+    use crate::wire::files_reply::Op;
     match reply {
         worker_reply::Result::ShellEvent(api::ShellStreamEvent {
             event: Some(api::shell_stream_event::Event::Delta(d)),
         }) => d.data.len() as u64,
+        worker_reply::Result::Files(crate::wire::FilesReply {
+            op:
+                Some(Op::Download(api::DownloadResponse {
+                    item: Some(api::download_response::Item::Data(d)),
+                })),
+        }) => d.len() as u64,
         _ => 0,
     }
 }
@@ -385,6 +444,10 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
     let threads = crate::worker::threads::CallThreads::default();
     let writer = Arc::new(Mutex::new(writer));
     let calls: Arc<Calls> = Arc::default();
+    // Cancels that overtook their call (the daemon sends them ahead of queued calls): ids above
+    // every id seen so far. Such a call is cancelled the moment it arrives.
+    let mut highest_id = 0u64;
+    let mut early_cancels: HashSet<u64> = HashSet::new();
     loop {
         let req: WorkerRequest = match frame::read_blocking(&mut reader) {
             Ok(Some(r)) => r,
@@ -401,6 +464,7 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
         let target = match &call {
             worker_request::Call::Cancel(target) => Some(*target),
             worker_request::Call::Credit(c) => Some(c.call),
+            worker_request::Call::UploadPiece(p) => Some(p.call),
             _ => None,
         };
         if let Some(target) = target {
@@ -409,14 +473,22 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&target)
                 .cloned();
-            match (found, &call) {
+            match (found, call) {
                 (Some(c), worker_request::Call::Credit(credit)) => c.credit(credit.bytes),
+                (Some(c), worker_request::Call::UploadPiece(piece)) => c.deliver(piece),
                 (Some(c), _) => c.cancel(),
+                (None, worker_request::Call::Cancel(id)) if id > highest_id => {
+                    // Bounded: the daemon cancels only calls it started.
+                    if early_cancels.len() < 4096 {
+                        early_cancels.insert(id);
+                    }
+                }
                 (None, _) => {}
             }
             continue;
         }
-        let cancel = Arc::new(AtomicBool::new(false));
+        highest_id = highest_id.max(req.id);
+        let cancel = Arc::new(AtomicBool::new(early_cancels.remove(&req.id)));
         let call_state = Arc::new(CallState::new(cancel.clone()));
         calls
             .lock()
@@ -450,8 +522,10 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             };
             // A panic in a tool must still answer the call (else the daemon waits for it
             // until its deadline, or for ever): INTERNAL, and the worker serves on.
+            let inbox = call_state.clone();
+            let mut pieces = |wait: bool| inbox.next_piece(wait);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                dispatch::execute(&ctx, &state.runner, call, stream, &mut emit)
+                dispatch::execute(&ctx, &state.runner, call, stream, &mut emit, &mut pieces)
             }))
             .unwrap_or_else(|_| {
                 worker_reply::Result::Failure(ToolFailure {

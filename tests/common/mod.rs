@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use corral::api::{
-    self, bridge_client::BridgeClient, processes_client::ProcessesClient,
-    sessions_client::SessionsClient, tools_client::ToolsClient,
+    self, bridge_client::BridgeClient, files_client::FilesClient,
+    processes_client::ProcessesClient, sessions_client::SessionsClient, tools_client::ToolsClient,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -183,6 +183,11 @@ impl Daemon {
 
     pub async fn processes(&self) -> ProcessesClient<Channel> {
         ProcessesClient::new(self.channel().await)
+            .max_decoding_message_size(corral::client::MAX_MESSAGE_BYTES)
+    }
+
+    pub async fn files(&self) -> FilesClient<Channel> {
+        FilesClient::new(self.channel().await)
             .max_decoding_message_size(corral::client::MAX_MESSAGE_BYTES)
     }
 

@@ -73,7 +73,7 @@ export async function planUpload(localPath) {
 
 /**
  * The Upload stream: the start, then each node's entry, a file's entry followed by exactly its
- * bytes. A file that changed since planUpload throws TransferChangedError (the caller cancels
+ * bytes, then the finish that commits it. A file that changed since planUpload throws TransferChangedError (the caller cancels
  * the call: the daemon commits only a complete stream).
  */
 export async function* uploadRequests(sessionId, localPath, remotePath, nodes, { overwrite = false, createParents = false } = {}) {
@@ -88,6 +88,10 @@ export async function* uploadRequests(sessionId, localPath, remotePath, nodes, {
       yield* fileData(node);
     }
   }
+  // Only a stream that reaches its finish is committed (each file sent exactly its size, or
+  // TransferChangedError was thrown above): a cancelled call can look like an ended one.
+  const bytes = nodes.reduce((sum, n) => (n.st.isFile() ? sum + n.st.size : sum), 0);
+  yield { finish: { entries: nodes.length, bytes } };
 }
 
 async function* fileData(node) {

@@ -80,7 +80,16 @@ const entries = (got) => got.filter((m) => m.item === 'entry').map((m) => m.entr
 function fileData(got) {
   const out = {};
   let current = null;
-  for (const m of got.slice(1)) {
+  const finish = got[got.length - 1];
+  assert.equal(finish.item, 'finish', 'the stream ends with its finish');
+  const body = got.slice(1, -1);
+  const sent = { entries: 0, bytes: 0 };
+  for (const m of body) {
+    if (m.item === 'entry') sent.entries += 1;
+    else if (m.item === 'data') sent.bytes += m.data.length;
+  }
+  assert.deepEqual({ entries: Number(finish.finish.entries), bytes: Number(finish.finish.bytes) }, sent);
+  for (const m of body) {
     if (m.item === 'entry') {
       current = m.entry.kind === FILE ? m.entry.path : null;
       if (current !== null) out[current] = [];

@@ -5,6 +5,7 @@ message), cp's rule, overwrite, what a download skips, and the sandbox's rules h
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from conftest import session_env
@@ -99,6 +100,11 @@ def test_an_upload_cancelled_half_way_changes_nothing(call, workspace):
     with pytest.raises(TransferChanged, match="grew"):
         call("upload", "/proc/self/status", "status")
     assert not (workspace / "status").exists()
+    # The client cancelled and went: the worker removes its staging just after.
+    for _ in range(100):
+        if not os.listdir(workspace):
+            break
+        time.sleep(0.05)
     assert sorted(os.listdir(workspace)) == []
     assert call("write", "after.txt", b"ok").size == 2
 

@@ -85,7 +85,12 @@ def entries(requests):
 def file_data(requests):
     """Each file entry's path and the data messages that followed it."""
     out, current = {}, None
-    for r in requests[1:]:
+    *body, finish = requests[1:]
+    assert finish.WhichOneof("item") == "finish", "the stream ends with its finish"
+    sent_entries = sum(1 for r in body if r.WhichOneof("item") == "entry")
+    sent_bytes = sum(len(r.data) for r in body if r.WhichOneof("item") == "data")
+    assert (finish.finish.entries, finish.finish.bytes) == (sent_entries, sent_bytes)
+    for r in body:
         kind = r.WhichOneof("item")
         if kind == "entry":
             current = r.entry.path if r.entry.kind == FILE else None

@@ -32,6 +32,9 @@ use super::shell::truncate::{TextView, TruncationPolicy};
 use super::{ErrorKind, ToolError};
 
 pub use parser::{Hunk, ParseError, Patch, UpdateChunk, parse_patch};
+/// How a write target is resolved (symlinks on the way followed, the missing tail lexical); the
+/// Files service resolves its destinations the same way.
+pub use paths::resolve as resolve_target;
 pub use paths::{OUTSIDE_REJECTION, READ_ONLY_REJECTION};
 pub use seek_sequence::seek_sequence;
 

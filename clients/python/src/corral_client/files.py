@@ -111,7 +111,7 @@ def upload_requests(
     session_id: str, local_path: PathLike, remote_path: PathLike, nodes: list[_Node], *, overwrite: bool, create_parents: bool
 ) -> Iterator[pb.UploadRequest]:
     """The Upload stream: the start, then each node's entry, a file's entry followed by exactly
-    its bytes. A file that changed since :func:`plan_upload` raises :class:`TransferChanged`
+    its bytes, then the finish that commits it. A file that changed since :func:`plan_upload` raises :class:`TransferChanged`
     (the caller cancels the call: the daemon commits only a complete stream)."""
     name = os.path.basename(os.path.normpath(os.path.abspath(os.fspath(local_path))))
     yield pb.UploadRequest(
@@ -132,6 +132,10 @@ def upload_requests(
         else:
             yield pb.UploadRequest(entry=pb.TransferEntry(path=node.rel, kind=_FILE, mode=mode, size=node.st.st_size))
             yield from _file_data(node)
+    # Only a stream that reaches its finish is committed (each file sent exactly its size, or
+    # TransferChanged was raised above): a cancelled call can look like an ended one.
+    sent = sum(n.st.st_size for n in nodes if stat.S_ISREG(n.st.st_mode))
+    yield pb.UploadRequest(finish=pb.UploadFinish(entries=len(nodes), bytes=sent))
 
 
 def _file_data(node: _Node) -> Iterator[pb.UploadRequest]:

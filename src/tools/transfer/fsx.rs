@@ -1,0 +1,259 @@
+//! Descriptor-relative filesystem steps shared by `receive` and `send`: opening a directory
+//! without following a symlink, listing one, staging names, removing a tree, and the atomic
+//! renames. Everything here acts on `(directory descriptor, name)`, never on a path.
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::sys::stat::{FchmodatFlags, FileStat, Mode, SFlag, fchmod, fchmodat, fstatat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+/// How a directory is opened: never through a symlink.
+pub const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// The longest name a Linux filesystem takes.
+const NAME_MAX: usize = 255;
+
+/// The type of a directory entry, as `lstat` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    File,
+    Directory,
+    Symlink,
+    /// A FIFO, socket or device, named.
+    Other(&'static str),
+}
+
+pub fn node_of(st: &FileStat) -> Node {
+    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFREG => Node::File,
+        SFlag::S_IFDIR => Node::Directory,
+        SFlag::S_IFLNK => Node::Symlink,
+        SFlag::S_IFIFO => Node::Other("a FIFO"),
+        SFlag::S_IFSOCK => Node::Other("a socket"),
+        SFlag::S_IFCHR => Node::Other("a character device"),
+        SFlag::S_IFBLK => Node::Other("a block device"),
+        _ => Node::Other("of an unknown type"),
+    }
+}
+
+/// Opens directory `name` in `dir`; a symlink there is `ELOOP`, anything else `ENOTDIR`.
+pub fn open_dir(dir: impl AsFd, name: &OsStr) -> nix::Result<OwnedFd> {
+    openat(dir, name, DIR_FLAGS, Mode::empty())
+}
+
+/// `lstat` of `name` in `dir`.
+pub fn lstat_at(dir: impl AsFd, name: &OsStr) -> nix::Result<FileStat> {
+    fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
+/// The names in a directory (without `.` and `..`), sorted bytewise.
+pub fn names(dir: BorrowedFd<'_>) -> nix::Result<Vec<OsString>> {
+    // A fresh open file description: reading it moves no offset another reader shares.
+    let fd = openat(dir, ".", DIR_FLAGS, Mode::empty())?;
+    let mut listing = nix::dir::Dir::from_fd(fd)?;
+    let mut out = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(OsString::from_vec(name.to_vec()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// A hidden name beside `name` for staging a transfer: `.NAME.corral-TAG-RANDOM`, with NAME cut
+/// so the whole stays a valid name. Never a protected name (`.git`, ...): it always carries the
+/// `.corral-` part.
+pub fn staging_name(name: &OsStr, tag: &str) -> OsString {
+    let mut random = [0u8; 8];
+    if getrandom::fill(&mut random).is_err() {
+        // Uniqueness is what matters (creation is exclusive and retried); the clock will do.
+        let n = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        random = n.to_le_bytes();
+    }
+    let suffix: String = format!(".corral-{tag}-")
+        + &random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
+    let room = NAME_MAX - 1 - suffix.len();
+    let name = name.as_bytes();
+    let mut out = Vec::with_capacity(NAME_MAX);
+    out.push(b'.');
+    out.extend_from_slice(&name[..name.len().min(room)]);
+    out.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(out)
+}
+
+/// Renames `from` to `to` in `dir` unless `to` exists (`EEXIST`). Filesystems without
+/// `RENAME_NOREPLACE` get `link` + `unlink` for a non-directory (as exclusive) and a plain
+/// rename for a directory (which can only replace an empty one).
+pub fn rename_noreplace(
+    dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to: &OsStr,
+    is_dir: bool,
+) -> nix::Result<()> {
+    match renameat2(dir, from, to, libc::RENAME_NOREPLACE) {
+        Err(Errno::EINVAL) if !is_dir => {
+            nix::unistd::linkat(dir, from, dir, to, AtFlags::empty())?;
+            unlinkat(dir, from, UnlinkatFlags::NoRemoveDir)
+        }
+        Err(Errno::EINVAL) => nix::fcntl::renameat(dir, from, dir, to),
+        other => other,
+    }
+}
+
+/// `renameat2(2)` within one directory. The raw syscall: musl (the static build) has no wrapper,
+/// so neither has nix there.
+fn renameat2(
+    dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to: &OsStr,
+    flags: libc::c_uint,
+) -> nix::Result<()> {
+    let from = std::ffi::CString::new(from.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let to = std::ffi::CString::new(to.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: a valid directory descriptor and two NUL-terminated names that outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            dir.as_raw_fd(),
+            from.as_ptr(),
+            dir.as_raw_fd(),
+            to.as_ptr(),
+            flags,
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
+/// Swaps `a` and `b` in `dir` atomically. `None` when the filesystem cannot (`EINVAL`).
+pub fn exchange(dir: BorrowedFd<'_>, a: &OsStr, b: &OsStr) -> Option<nix::Result<()>> {
+    match renameat2(dir, a, b, libc::RENAME_EXCHANGE) {
+        Err(Errno::EINVAL) => None,
+        other => Some(other),
+    }
+}
+
+/// One directory being emptied by [`remove_tree`].
+struct Level {
+    fd: OwnedFd,
+    /// Its entries not yet removed.
+    left: Vec<OsString>,
+    /// Its name in its parent.
+    name: OsString,
+}
+
+/// Opens directory `name` in `parent` for emptying: made searchable and writable by its owner
+/// first if need be (a 0555 or 0000 directory of the tree).
+fn open_level(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Level> {
+    let fd = match open_dir(parent, name) {
+        Err(Errno::EACCES) => {
+            fchmodat(
+                parent,
+                name,
+                Mode::from_bits_truncate(0o700),
+                FchmodatFlags::FollowSymlink,
+            )?;
+            open_dir(parent, name)?
+        }
+        other => other?,
+    };
+    // Without write and search permission its entries cannot be unlinked.
+    fchmod(&fd, Mode::from_bits_truncate(0o700))?;
+    Ok(Level {
+        left: names(fd.as_fd())?,
+        fd,
+        name: name.to_os_string(),
+    })
+}
+
+/// Removes `name` in `dir` and, for a directory, everything below it, never following a
+/// symlink. Iterative, so a deep tree costs descriptors (one per level), not stack.
+pub fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<()> {
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+        // Linux answers EISDIR for a directory (some filesystems EPERM).
+        Err(Errno::EISDIR | Errno::EPERM) => {}
+        Err(e) => return Err(e),
+    }
+    let mut stack = vec![open_level(dir, name)?];
+    loop {
+        let Some(top) = stack.last_mut() else {
+            return Ok(());
+        };
+        match top.left.pop() {
+            Some(child) => match unlinkat(&top.fd, child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(Errno::EISDIR | Errno::EPERM) => {
+                    let level = open_level(top.fd.as_fd(), &child)?;
+                    stack.push(level);
+                }
+                Err(e) => return Err(e),
+            },
+            None => {
+                let done = stack.pop().expect("the loop saw a top level");
+                let parent = stack.last().map_or(dir, |l| l.fd.as_fd());
+                match unlinkat(parent, done.name.as_os_str(), UnlinkatFlags::RemoveDir) {
+                    Ok(()) | Err(Errno::ENOENT) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn staging_names_are_hidden_unique_and_short_enough() {
+        let a = staging_name(OsStr::new("out.bin"), "upload");
+        let b = staging_name(OsStr::new("out.bin"), "upload");
+        assert_ne!(a, b);
+        let a = a.to_str().unwrap();
+        assert!(a.starts_with(".out.bin.corral-upload-"), "{a}");
+        let long = "x".repeat(255);
+        assert_eq!(
+            staging_name(OsStr::new(&long), "upload").len(),
+            NAME_MAX,
+            "a long name is cut to fit"
+        );
+    }
+
+    #[test]
+    fn remove_tree_empties_locked_directories_and_never_follows_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "x").unwrap();
+        let t = dir.path().join("t");
+        std::fs::create_dir_all(t.join("a/b")).unwrap();
+        std::fs::write(t.join("a/b/f"), "1").unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.join("link")).unwrap();
+        std::fs::set_permissions(t.join("a/b"), std::fs::Permissions::from_mode(0o555)).unwrap();
+        std::fs::set_permissions(t.join("a"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        let fd = std::fs::File::open(dir.path()).unwrap();
+        remove_tree(fd.as_fd(), OsStr::new("t")).unwrap();
+        assert!(!t.exists());
+        assert!(
+            outside.path().join("keep").exists(),
+            "the link was not followed"
+        );
+        // Already gone: fine.
+        remove_tree(fd.as_fd(), OsStr::new("t")).unwrap();
+    }
+}
