@@ -41,8 +41,9 @@ fi
 # corral-client: a venv under target/pyvenv, the client installed from clients/python (building it
 # generates the gRPC stubs from proto/ with grpcio-tools, fetched from PyPI), pytest, the standard
 # grpcio health and reflection clients (tests/test_stock_grpcio.py calls the daemon as any grpcio
-# user would), the official MCP SDK (tests/test_mcp_front.py drives `corral mcp` with it; it needs
-# Python 3.10+), then its tests (they start their own daemons from $CORRAL_BIN).
+# user would), the official MCP SDK through the package's `mcp` extra (tests/test_mcp_front.py
+# drives `corral mcp` with it, tests/test_codex_mcp.py drives corral-codex-mcp; it needs Python
+# 3.10+), then its tests (they start their own daemons from $CORRAL_BIN).
 PYVENV="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv"
 PYTHON="${PYTHON:-python3}"
 python_venv_ok() { [ -x "$PYVENV/bin/python" ] && "$PYVENV/bin/python" -m pip --version >/dev/null 2>&1; }
@@ -63,15 +64,14 @@ if ! python_venv_ok; then
 fi
 "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
-  "$ROOT/clients/python" "pytest>=7" grpcio-health-checking grpcio-reflection \
-  "mcp>=2,<3; python_version >= '3.10'"
+  "$ROOT/clients/python[mcp]" "pytest>=7" grpcio-health-checking grpcio-reflection
 (
   cd "$ROOT/clients/python"
   "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider
 )
 # Again in a second venv with the oldest versions pyproject.toml allows (the floor of each
-# dependency range; the test-only grpcio packages at grpcio's floor), so the ranges it declares
-# stay true.
+# dependency range and of the `mcp` extra; the test-only grpcio packages at grpcio's floor), so the
+# ranges it declares stay true.
 PYVENV_LOW="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv-lower"
 floors=$("$PYVENV/bin/python" - "$ROOT/clients/python/pyproject.toml" <<'PY'
 import re, sys
@@ -79,6 +79,9 @@ text = open(sys.argv[1], encoding="utf-8").read()
 deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
 pins = {m.group(1): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)', deps)}
 pins["grpcio-health-checking"] = pins["grpcio-reflection"] = pins["grpcio"]
+extra = re.search(r'^mcp = \["mcp>=([0-9][0-9.]*)', text, re.M)
+if extra and sys.version_info >= (3, 10):  # the MCP SDK needs 3.10+
+    pins["mcp"] = extra.group(1)
 print(" ".join(f"{name}=={version}" for name, version in pins.items()))
 PY
 )

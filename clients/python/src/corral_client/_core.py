@@ -397,6 +397,13 @@ def invoke_request(
     )
 
 
+def prompt_context_request(session_id: str, project_doc_max_bytes: int | None) -> pb.GetPromptContextRequest:
+    req = pb.GetPromptContextRequest(session_id=session_id)
+    if project_doc_max_bytes is not None:
+        req.project_doc_max_bytes = project_doc_max_bytes
+    return req
+
+
 def decision_value(decision: str | int | bool | None) -> int:
     """An ``ApprovalDecision`` from ``"approved"``, ``"approved_for_session"``, ``"denied"``
     (or the enum's full name or number); ``True`` approves once, ``False``/``None`` deny."""

@@ -6,6 +6,9 @@ corral's answer (exactly what Codex would send back) in the item the API expects
 Items may be plain dicts or the OpenAI SDK's objects (anything with the same attributes); the
 adapters always return plain dicts.
 
+``start(prompt)`` opens a conversation the way Codex does: the session's AGENTS.md instructions
+and environment context (``GetPromptContext``) come first, then the user's prompt.
+
 Under a session's approval policy a call may come back as an approval request instead of a
 result. The adapters then ask ``on_approval(request)`` (default: deny) and answer the daemon until
 the call has its result, so the model always gets what Codex would send it: the command's output,
@@ -14,6 +17,7 @@ or ``exec command rejected by user``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
@@ -125,6 +129,34 @@ class ResponsesAdapter:
     def tools(self) -> list[dict[str, Any]]:
         return self.session.list_tools("responses", exclude=self.exclude)
 
+    @staticmethod
+    def user_message(text: str) -> dict[str, Any]:
+        """A user message input item."""
+        return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+    def start(
+        self,
+        prompt: str | None = None,
+        *,
+        developer_instructions: str | None = None,
+        project_doc_max_bytes: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The first input items of a conversation, in Codex's order: the developer message
+        (when given), the AGENTS.md instructions (when the session's cwd has any) and the
+        environment context, then the prompt as a user message (when given). The system prompt
+        is the request's ``instructions``, not an item."""
+        items: list[dict[str, Any]] = []
+        if developer_instructions:
+            items.append(
+                {"type": "message", "role": "developer",
+                 "content": [{"type": "input_text", "text": developer_instructions}]}
+            )  # fmt: skip
+        context = self.session.get_prompt_context(project_doc_max_bytes=project_doc_max_bytes)
+        items += json.loads(context.responses_input_json)
+        if prompt is not None:
+            items.append(self.user_message(prompt))
+        return items
+
     def is_tool_call(self, item: Any) -> bool:
         return _get(item, "type") in self.TOOL_CALL_TYPES
 
@@ -166,6 +198,34 @@ class ChatCompletionsAdapter:
 
     def tools(self) -> list[dict[str, Any]]:
         return self.session.list_tools("chat", exclude=self.exclude)
+
+    @staticmethod
+    def user_message(text: str) -> dict[str, Any]:
+        """A user message."""
+        return {"role": "user", "content": text}
+
+    def start(
+        self,
+        prompt: str | None = None,
+        *,
+        instructions: str | None = None,
+        developer_instructions: str | None = None,
+        project_doc_max_bytes: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The first messages of a conversation, in Codex's order: the system prompt
+        (``instructions``) and the developer message (when given), the AGENTS.md instructions
+        (when the session's cwd has any) and the environment context, then the prompt as a user
+        message (when given)."""
+        messages: list[dict[str, Any]] = []
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        if developer_instructions:
+            messages.append({"role": "developer", "content": developer_instructions})
+        context = self.session.get_prompt_context(project_doc_max_bytes=project_doc_max_bytes)
+        messages += json.loads(context.chat_messages_json)
+        if prompt is not None:
+            messages.append(self.user_message(prompt))
+        return messages
 
     def handle(self, tool_call: Any) -> dict[str, Any]:
         call_id = _require(tool_call, "id", "tool call")

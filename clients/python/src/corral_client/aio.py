@@ -369,6 +369,13 @@ class AsyncClient:
         req = _core.invoke_request(session_id, name, arguments, call_id=call_id, freeform=freeform)
         return await self._unary("bridge", "Invoke", req, timeout)
 
+    async def get_prompt_context(
+        self, session_id: str, *, project_doc_max_bytes: int | None = None, timeout: float | None = None
+    ) -> pb.GetPromptContextResponse:
+        """See :meth:`corral_client.Client.get_prompt_context`."""
+        req = _core.prompt_context_request(session_id, project_doc_max_bytes)
+        return await self._unary("bridge", "GetPromptContext", req, timeout)
+
     async def decide_approval(
         self,
         session_id: str,
@@ -439,6 +446,9 @@ class AsyncSession(SessionBase):
 
     async def invoke(self, name: str, arguments: str | Mapping[str, Any] | None, **kw: Any) -> pb.InvokeResponse:
         return await self.client.invoke(self.id, name, arguments, **kw)
+
+    async def get_prompt_context(self, **kw: Any) -> pb.GetPromptContextResponse:
+        return await self.client.get_prompt_context(self.id, **kw)
 
     async def decide_approval(
         self, approval_id: str, decision: str | int | bool | None, **kw: Any

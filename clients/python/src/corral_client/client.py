@@ -355,6 +355,17 @@ class Client:
         req = _core.invoke_request(session_id, name, arguments, call_id=call_id, freeform=freeform)
         return self._unary("bridge", "Invoke", req, timeout)
 
+    def get_prompt_context(
+        self, session_id: str, *, project_doc_max_bytes: int | None = None, timeout: float | None = None
+    ) -> pb.GetPromptContextResponse:
+        """What Codex puts at the start of a conversation for this session: the environment
+        context and the AGENTS.md instructions found from the repository root down to the cwd
+        (``.responses_input_json`` / ``.chat_messages_json`` are those messages ready to send;
+        the adapters' ``start()`` puts them first). ``project_doc_max_bytes`` overrides the
+        session's budget for project docs (0: none)."""
+        req = _core.prompt_context_request(session_id, project_doc_max_bytes)
+        return self._unary("bridge", "GetPromptContext", req, timeout)
+
     def decide_approval(
         self,
         session_id: str,
@@ -460,6 +471,10 @@ class Session(SessionBase):
     def invoke(self, name: str, arguments: str | Mapping[str, Any] | None, **kw: Any) -> pb.InvokeResponse:
         """See :meth:`Client.invoke`."""
         return self.client.invoke(self.id, name, arguments, **kw)
+
+    def get_prompt_context(self, **kw: Any) -> pb.GetPromptContextResponse:
+        """See :meth:`Client.get_prompt_context`."""
+        return self.client.get_prompt_context(self.id, **kw)
 
     def decide_approval(self, approval_id: str, decision: str | int | bool | None, **kw: Any) -> pb.DecideApprovalResponse:
         """See :meth:`Client.decide_approval`."""
