@@ -65,13 +65,24 @@ pub struct Daemon {
 
 impl Daemon {
     pub async fn start() -> Result<Daemon, String> {
+        Daemon::start_with_config(None).await
+    }
+
+    /// [`Daemon::start`] with `config` (TOML) as the daemon's `--config` file.
+    pub async fn start_with_config(config: Option<&str>) -> Result<Daemon, String> {
         // The daemon's state must not lie inside a writable root (/tmp is one by default).
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let socket = dir.path().join("corral.sock");
         let log = dir.path().join("daemon.log");
-        let child = Command::new(corral_bin())
-            .args(["serve", "--log-level", "warn", "--listen"])
-            .arg(format!("unix:{}", socket.display()))
+        let mut cmd = Command::new(corral_bin());
+        cmd.args(["serve", "--log-level", "warn", "--listen"])
+            .arg(format!("unix:{}", socket.display()));
+        if let Some(config) = config {
+            let file = dir.path().join("corral.toml");
+            std::fs::write(&file, config).expect("config file");
+            cmd.arg("--config").arg(file);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
@@ -90,6 +101,10 @@ impl Daemon {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(format!("daemon did not start; log:\n{}", daemon.log_text()))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn socket_path(&self) -> &Path {
