@@ -47,6 +47,9 @@ pub struct Worker {
     pending: Pending,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
+    /// A second handle on our end of the socket, only polled: it reports the worker's end
+    /// closed (the worker exited) before the reader task gets to run and see the EOF.
+    hangup: std::os::unix::net::UnixStream,
     /// What the worker reported about each sandbox layer.
     pub layers: Vec<api::Layer>,
     pid: Option<u32>,
@@ -98,6 +101,9 @@ impl Worker {
             .spawn()
             .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
         drop(theirs);
+        let hangup = ours
+            .try_clone()
+            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
         ours.set_nonblocking(true)
             .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
         let stream = tokio::net::UnixStream::from_std(ours)
@@ -204,13 +210,17 @@ impl Worker {
             pending,
             next_id: AtomicU64::new(1),
             dead,
+            hangup,
             layers,
             pid,
         }))
     }
 
+    /// The worker exited: its reader saw the EOF, or its end of the socket is closed already.
+    /// The second check matters for a call that arrives just after the worker died: without
+    /// it the call would be sent to the dead worker and fail, rather than start a new one.
     pub fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::SeqCst)
+        self.dead.load(Ordering::SeqCst) || hung_up(&self.hangup)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -327,6 +337,19 @@ impl Worker {
             }
         }
     }
+}
+
+/// Whether the other end of `socket` is closed (the kernel closes a process's descriptors as it
+/// exits, before its parent can reap it). Never blocks.
+fn hung_up(socket: &std::os::unix::net::UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    // POLLHUP needs no asking: a Unix stream socket reports it once the peer has closed.
+    let mut fds = [PollFd::new(socket.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP))
 }
 
 /// A unary call's final reply and what the worker reported with it.
@@ -607,5 +630,24 @@ impl WorkerPool {
             .count();
         let exists = table.get(policy).is_some_and(live);
         (count, exists)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hung_up;
+
+    #[test]
+    fn a_closed_peer_is_seen_at_once_and_an_open_one_never() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!hung_up(&ours));
+        // Unread data from the peer is not a hang-up.
+        std::io::Write::write_all(&mut &theirs, b"reply").unwrap();
+        assert!(!hung_up(&ours));
+        drop(theirs);
+        assert!(
+            hung_up(&ours),
+            "seen without reading the pending data first"
+        );
     }
 }
