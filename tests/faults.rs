@@ -18,23 +18,29 @@ const WW: SandboxMode = SandboxMode::WorkspaceWrite;
 // ---------------------------------------------------------------------------------------------
 // The host's process table.
 
-/// One host process as `/proc/<pid>/stat` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One host process as `/proc/<pid>/stat` shows it; the same process while pid and start
+/// time are.
+#[derive(Debug, Clone, Copy)]
 struct Proc {
     pid: i32,
     ppid: i32,
     /// Clock ticks after boot: with the pid, names the process even after its pid is reused.
     start: u64,
-    state: char,
+}
+
+impl PartialEq for Proc {
+    fn eq(&self, other: &Proc) -> bool {
+        (self.pid, self.start) == (other.pid, other.start)
+    }
 }
 
 fn stat(pid: i32) -> Option<Proc> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    // fields[0] is the state (field 3 of stat(5)), [1] the parent, [19] the start time.
     let fields: Vec<&str> = text.get(text.rfind(')')? + 2..)?.split(' ').collect();
     Some(Proc {
         pid,
-        state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
@@ -63,9 +69,19 @@ fn descendants(root: i32) -> Vec<Proc> {
     found
 }
 
-/// Still in the process table as the same process (a zombie counts: it is left behind too).
+/// Still in the process table as the same process (a zombie counts).
 fn present(p: &Proc) -> bool {
     stat(p.pid).is_some_and(|now| now.start == p.start)
+}
+
+/// Still running: present and not a zombie. An orphan's zombie waits for the host's init to
+/// reap it, which can take a while and says nothing about corral.
+fn running(p: &Proc) -> bool {
+    present(p)
+        && std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
+            .ok()
+            .and_then(|t| t.get(t.rfind(')')? + 2..)?.chars().next())
+            .is_some_and(|state| state != 'Z')
 }
 
 fn cmdline(pid: i32) -> String {
@@ -123,6 +139,14 @@ fn marked(daemon: &Daemon, marker: &str) -> Vec<Proc> {
     descendants(daemon.pid() as i32)
         .into_iter()
         .filter(|p| cmdline(p.pid).contains(marker))
+        .collect()
+}
+
+/// Of [`marked`], the `sleep` processes (not the shells whose scripts name them).
+fn sleeping(daemon: &Daemon, marker: &str) -> Vec<Proc> {
+    marked(daemon, marker)
+        .into_iter()
+        .filter(|p| cmdline(p.pid).starts_with("sleep "))
         .collect()
 }
 
@@ -568,4 +592,356 @@ async fn a_full_disk_during_apply_patch_changes_nothing() {
         std::fs::read_to_string(ws.join("a.txt")).unwrap(),
         "one\nTWO\n"
     );
+}
+
+fn shell_request(session: &str, script: &str) -> api::ShellRequest {
+    api::ShellRequest {
+        session_id: session.into(),
+        command: vec!["bash".into(), "-c".into(), script.into()],
+        timeout_ms: Some(300_000),
+        ..Default::default()
+    }
+}
+
+/// SIGTERM with 100 commands running (each a shell with two children) in three workers, one of
+/// them danger-full-access (no pid namespace to take its commands down): after the grace the
+/// daemon exits 0, its socket is gone, and so is every process that was below it.
+#[tokio::test]
+async fn sigterm_of_the_daemon_with_100_running_commands_leaves_no_process_behind() {
+    const COMMANDS: usize = 100;
+    let mut d = Daemon::start(&["--shutdown-grace", "1", "--root-callers", "trusted"]).await;
+    let ws = scratch();
+    let mut sessions = Vec::new();
+    for mode in [
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ] {
+        sessions.push(d.open(ws.path(), mode).await);
+    }
+    let mut calls = Vec::new();
+    let mut tools = d.tools().await;
+    for i in 0..COMMANDS {
+        if i % 10 == 0 {
+            // Several client connections, as several agents would have.
+            tools = d.tools().await;
+        }
+        let mut client = tools.clone();
+        let req = shell_request(
+            &sessions[i % sessions.len()],
+            "sleep 3131 & sleep 3132 & wait",
+        );
+        calls.push(tokio::spawn(async move { client.shell(req).await }));
+    }
+    let daemon_pid = d.pid() as i32;
+    assert!(
+        eventually(Duration::from_secs(60), || sleeping(&d, "sleep 313").len()
+            == 2 * COMMANDS)
+        .await,
+        "all {COMMANDS} commands run: {} sleeps",
+        sleeping(&d, "sleep 313").len()
+    );
+    let below = descendants(daemon_pid);
+    let shells = below
+        .iter()
+        .filter(|p| cmdline(p.pid).starts_with("bash -c sleep 3131"))
+        .count();
+    assert_eq!(shells, COMMANDS, "every command's shell is running");
+    assert_eq!(serving_workers(&d).len(), 3, "one worker per mode");
+
+    let signalled = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut child = d.child.take().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let exited = signalled.elapsed();
+    let running_at_exit = below.iter().filter(|p| running(p)).count();
+    assert!(status.success(), "{status:?}; log:\n{}", d.log_text());
+    assert!(!d.socket.exists(), "the socket is removed");
+    // Whatever is still dying when the daemon exits (e.g. a worker's commands taken down with
+    // its pid namespace) is dead a moment later.
+    let gone = eventually(Duration::from_secs(2), || below.iter().all(|p| !running(p))).await;
+    let left: Vec<String> = below
+        .iter()
+        .filter(|p| running(p))
+        .map(|p| format!("{} {:?}", p.pid, cmdline(p.pid)))
+        .collect();
+    assert!(gone, "left behind:\n{}", left.join("\n"));
+    eprintln!(
+        "{} processes below the daemon; it exited {exited:?} after SIGTERM with {running_at_exit} \
+         still running; all dead {:?} after",
+        below.len(),
+        signalled.elapsed()
+    );
+    for call in calls {
+        let result = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("every call ended")
+            .unwrap();
+        assert!(result.is_err(), "no command finished: {result:?}");
+    }
+}
+
+/// A connection to the daemon that the test can cut, as a client that crashes or loses its
+/// network would: `shutdown(2)` of the socket under the gRPC channel.
+async fn cuttable_channel(socket: &Path) -> (tonic::transport::Channel, std::os::fd::OwnedFd) {
+    use hyper_util::rt::TokioIo;
+    use std::os::fd::AsFd;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let socket = socket.to_path_buf();
+    let tx = std::sync::Mutex::new(tx);
+    let channel = tonic::transport::Endpoint::from_static("http://corral.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            let tx = tx.lock().unwrap().clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(&socket).await?;
+                let _ = tx.send(stream.as_fd().try_clone_to_owned()?);
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    (channel, rx.recv().unwrap())
+}
+
+/// A client that disconnects in the middle of a command: within a second the command's whole
+/// tree is gone from the host — its shell, a child, a double-forked orphan and a child in a new
+/// session — sandboxed and in danger-full-access (no pid namespace there).
+#[tokio::test]
+async fn a_client_that_disconnects_mid_command_has_its_tree_killed_within_a_second() {
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
+    let ws = scratch();
+    for (mode, n) in [(WW, 1), (SandboxMode::DangerFullAccess, 2)] {
+        let s = d.open(ws.path(), mode).await;
+        let marker = format!("sleep 414{n}");
+        let script = format!("{marker}1 & ({marker}2 &); setsid {marker}3 & {marker}4; echo never");
+        let (channel, fd) = cuttable_channel(&d.socket).await;
+        let mut tools = api::tools_client::ToolsClient::new(channel);
+        let call = tokio::spawn(async move { tools.shell(shell_request(&s, &script)).await });
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                sleeping(&d, &marker).len() == 4
+            })
+            .await,
+            "{mode:?}: the four sleeps run"
+        );
+        let tree = marked(&d, &marker);
+        let cut = Instant::now();
+        nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            nix::sys::socket::Shutdown::Both,
+        )
+        .unwrap();
+        let gone = eventually(Duration::from_secs(5), || tree.iter().all(|p| !present(p))).await;
+        let took = cut.elapsed();
+        assert!(gone, "{mode:?}: the tree was not killed");
+        assert!(
+            took < Duration::from_secs(1),
+            "{mode:?}: the tree was killed only {took:?} after the disconnect"
+        );
+        eprintln!(
+            "{mode:?}: {} processes gone {took:?} after the disconnect",
+            tree.len()
+        );
+        assert!(
+            call.await.unwrap().is_err(),
+            "{mode:?}: the call did not finish"
+        );
+    }
+}
+
+/// A worker killed under its calls fails exactly the calls in flight on it (two sessions share
+/// it), promptly, with UNAVAILABLE and a message that says what happened and to retry; their
+/// commands are gone; a call in another worker finishes normally; the next call on the dead
+/// worker's sessions starts a new worker and works.
+#[tokio::test]
+async fn a_worker_that_dies_fails_only_its_own_calls() {
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
+    let (one, other) = (scratch(), scratch());
+    let a = d.open(one.path(), WW).await;
+    let a2 = d.open(one.path(), WW).await;
+    let b = d.open(other.path(), SandboxMode::ReadOnly).await;
+    let c = d.open(other.path(), SandboxMode::DangerFullAccess).await;
+    let spawn = |session: &str, script: &str| {
+        let (session, script) = (session.to_string(), script.to_string());
+        let tools = d.tools();
+        async move {
+            let mut tools = tools.await;
+            tokio::spawn(async move { tools.shell(shell_request(&session, &script)).await })
+        }
+    };
+    let call_a = spawn(&a, "sleep 5151").await;
+    let call_a2 = spawn(&a2, "sleep 5152").await;
+    let call_b = spawn(&b, "sleep 5153; echo still here").await;
+    let call_c = spawn(&c, "sleep 5154; echo still here too").await;
+    let find = |marker: &str| {
+        marked(&d, marker)
+            .into_iter()
+            .find(|p| cmdline(p.pid) == format!("{marker} "))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || [
+            "sleep 5151",
+            "sleep 5152",
+            "sleep 5153",
+            "sleep 5154"
+        ]
+        .iter()
+        .all(|m| find(m).is_some()))
+        .await,
+        "all four commands run"
+    );
+    let (sa, sa2, sb, sc) = (
+        find("sleep 5151").unwrap(),
+        find("sleep 5152").unwrap(),
+        find("sleep 5153").unwrap(),
+        find("sleep 5154").unwrap(),
+    );
+    let dying = worker_of(sa.pid).unwrap();
+    assert_eq!(worker_of(sa2.pid), Some(dying), "a and a2 share a worker");
+    let (wb, wc) = (worker_of(sb.pid).unwrap(), worker_of(sc.pid).unwrap());
+    assert!(wb != dying && wc != dying && wb != wc, "three workers");
+
+    let killed = Instant::now();
+    sigkill(&dying);
+    for (name, call) in [("a", call_a), ("a2", call_a2)] {
+        let e = call.await.unwrap().unwrap_err();
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{name} failed only {:?} after the kill",
+            killed.elapsed()
+        );
+        assert_eq!(e.code(), Code::Unavailable, "{name}: {e:?}");
+        assert_eq!(
+            e.message(),
+            "the sandbox worker serving this session exited while the call was in flight; the \
+             call was lost. A new worker is started on the next call; retry it",
+            "{name}"
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || !present(&sa) && !present(&sa2)).await,
+        "the dead worker's commands are gone"
+    );
+    // The other workers did not notice.
+    assert!(present(&wb) && present(&wc) && present(&sb) && present(&sc));
+    for (session, ran) in [(&a, "one"), (&a2, "two")] {
+        let r = d.sh(session, &format!("echo {ran}")).await;
+        assert_eq!(
+            (r.exit_code, r.output.as_str()),
+            (0, format!("{ran}\n").as_str())
+        );
+    }
+    let now = serving_workers(&d);
+    assert_eq!(now.len(), 3, "a new worker for a and a2: {now:?}");
+    assert!(now.contains(&wb) && now.contains(&wc) && !now.contains(&dying));
+    for p in [&sb, &sc] {
+        // Let the other calls finish on their own.
+        sigkill(p);
+    }
+    for (name, call, text) in [
+        ("b", call_b, "still here\n"),
+        ("c", call_c, "still here too\n"),
+    ] {
+        let r = call.await.unwrap().unwrap().into_inner();
+        assert_eq!(r.exit_code, 0, "{name}: {r:?}");
+        assert_eq!(r.stdout.unwrap().head, text.as_bytes(), "{name}");
+    }
+}
+
+/// A single-user daemon (not root: no memory cgroup to empty) in danger-full-access, where no
+/// pid namespace takes a worker's commands down with it: when the worker is killed, and when the
+/// daemon is stopped, its commands — a shell, its child and a child in a new session — are
+/// killed too, not left to init. The client here is the CLI run as that user (the daemon
+/// refuses danger-full-access to a caller it cannot inspect).
+#[tokio::test]
+async fn danger_full_access_commands_die_with_their_worker_and_their_daemon() {
+    let common::RunAs::User(user) = common::RunAs::ordinary_user("flt") else {
+        unreachable!("an ordinary user")
+    };
+    for stop in ["SIGKILL of the worker", "SIGTERM of the daemon"] {
+        let mut d = Daemon::start_as(&user, &["--shutdown-grace", "1"]).await;
+        let ws = user.dir.join(format!("ws-{}", stop.len()));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::os::unix::fs::chown(&ws, Some(user.uid), Some(user.gid)).unwrap();
+        let (code, session, err) = user.corral(
+            d.target(),
+            &[
+                "open-session",
+                "--cwd",
+                ws.to_str().unwrap(),
+                "--mode",
+                "danger-full-access",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let cli = std::process::Command::new("setpriv")
+            .args(["--reuid", &user.name, "--regid", &user.name, "--init-groups", "--"])
+            .arg(common::client_binary())
+            .args([
+                "invoke",
+                "shell",
+                r#"{"command":["bash","-c","sleep 6161 & setsid sleep 6162 & wait"],"timeout_ms":300000}"#,
+                "--session",
+                &session,
+                "--socket",
+                d.target(),
+            ])
+            .current_dir(&user.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || sleeping(&d, "sleep 616").len()
+                == 2)
+            .await,
+            "{stop}: the command runs; log:\n{}",
+            d.log_text()
+        );
+        let below = descendants(d.pid() as i32);
+        assert_eq!(serving_workers(&d).len(), 1);
+        let t = Instant::now();
+        if stop.contains("worker") {
+            sigkill(&serving_workers(&d)[0]);
+        } else {
+            assert!(d.terminate().success(), "{}", d.log_text());
+        }
+        let gone = eventually(Duration::from_secs(3), || below.iter().all(|p| !running(p))).await;
+        let took = t.elapsed();
+        let left: Vec<_> = below.iter().filter(|p| running(p)).copied().collect();
+        for p in &left {
+            sigkill(p);
+        }
+        assert!(gone, "{stop}: left running: {left:?}");
+        eprintln!("{stop}: {} processes dead after {took:?}", below.len());
+        let out = cli.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stop}: {stderr}");
+        if stop.contains("worker") {
+            assert!(
+                stderr.contains("Unavailable: the sandbox worker"),
+                "{stderr}"
+            );
+            // The session goes on in a new worker.
+            let (code, out, err) = user.corral(
+                d.target(),
+                &[
+                    "invoke",
+                    "shell",
+                    r#"{"command":["echo","again"]}"#,
+                    "--session",
+                    &session,
+                ],
+            );
+            assert_eq!(code, 0, "{err}");
+            assert!(out.contains("again"), "{out}");
+        }
+    }
 }

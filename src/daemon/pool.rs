@@ -37,6 +37,14 @@ type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
 /// A call request and the share of [`OUTGOING_BYTES`] it holds until written.
 type Outgoing = (Vec<u8>, tokio::sync::OwnedSemaphorePermit);
 
+/// Every worker process not yet reaped (what tells its reader to kill it, and what says it was
+/// reaped), for the shutdown: workers
+/// that no session uses any more keep running until their last calls end, outside the pool's
+/// table.
+#[allow(clippy::type_complexity)]
+static LIVE: Mutex<Vec<(Arc<tokio::sync::Notify>, tokio::sync::watch::Receiver<bool>)>> =
+    Mutex::new(Vec::new());
+
 /// One live worker process.
 pub struct Worker {
     /// Call requests (bounded in bytes by `outgoing_budget`).
@@ -152,6 +160,13 @@ impl Worker {
         metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
+        let (reaped_tx, reaped) = tokio::sync::watch::channel(false);
+        let stop = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|(_, reaped)| !*reaped.borrow());
+            live.push((stop.clone(), reaped.clone()));
+        }
         let (outgoing, mut calls_rx) = mpsc::unbounded_channel::<Outgoing>();
         let (control, mut control_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
@@ -173,14 +188,28 @@ impl Worker {
             let pending = pending.clone();
             let dead = dead.clone();
             tokio::spawn(async move {
-                while let Ok(Some(reply)) = frame::read_async::<WorkerReply>(&mut read_half).await {
-                    let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
-                    let (id, last) = (reply.id, reply.last);
-                    if let Some(tx) = table.get(&id) {
-                        let _ = tx.send(reply);
+                let reading = async {
+                    while let Ok(Some(reply)) =
+                        frame::read_async::<WorkerReply>(&mut read_half).await
+                    {
+                        let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
+                        let (id, last) = (reply.id, reply.last);
+                        if let Some(tx) = table.get(&id) {
+                            let _ = tx.send(reply);
+                        }
+                        if last {
+                            table.remove(&id);
+                        }
                     }
-                    if last {
-                        table.remove(&id);
+                };
+                tokio::pin!(reading);
+                tokio::select! {
+                    () = &mut reading => {}
+                    // The daemon stops: kill the worker (through the handle that knows whether
+                    // it was reaped, so never another process) and read on until its EOF.
+                    () = stop.notified() => {
+                        let _ = child.start_kill();
+                        reading.await;
                     }
                 }
                 dead.store(true, Ordering::SeqCst);
@@ -199,6 +228,9 @@ impl Worker {
                     Err(e) => tracing::warn!("cannot reap a sandbox worker: {e}"),
                 }
                 drop(cgroup);
+                // A danger-full-access worker's commands have no pid namespace to die with.
+                let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
+                let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
                 pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
             });
@@ -609,6 +641,25 @@ impl WorkerPool {
             cgroup,
         )
         .await
+    }
+
+    /// Stops every worker (the daemon is shutting down and no call is left on them): kills each,
+    /// waits until it is reaped, and kills the commands of danger-full-access workers that
+    /// outlived them (`orphans`). Bounded: a few seconds at most.
+    pub async fn shutdown(&self) {
+        // Every worker process, also those no session uses any more that are still finishing.
+        let workers: Vec<_> = LIVE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for (stop, _) in &workers {
+            stop.notify_one();
+        }
+        for (_, mut reaped) in workers {
+            let _ = tokio::time::timeout(Duration::from_secs(3), reaped.wait_for(|r| *r)).await;
+        }
+        let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
     }
 
     // Added for the per-user worker cap (H12, policy `max_workers`); keep when rewriting.
