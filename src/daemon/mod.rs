@@ -13,6 +13,7 @@ pub mod identity;
 pub mod inflight;
 pub mod listener;
 pub mod metrics;
+pub mod orphans;
 pub mod peer;
 pub mod policy;
 pub mod pool;

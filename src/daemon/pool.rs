@@ -37,6 +37,14 @@ type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
 /// A call request and the share of [`OUTGOING_BYTES`] it holds until written.
 type Outgoing = (Vec<u8>, tokio::sync::OwnedSemaphorePermit);
 
+/// Every worker process not yet reaped (what tells its reader to kill it, and what says it was
+/// reaped), for the shutdown: workers
+/// that no session uses any more keep running until their last calls end, outside the pool's
+/// table.
+#[allow(clippy::type_complexity)]
+static LIVE: Mutex<Vec<(Arc<tokio::sync::Notify>, tokio::sync::watch::Receiver<bool>)>> =
+    Mutex::new(Vec::new());
+
 /// One live worker process.
 pub struct Worker {
     /// Call requests (bounded in bytes by `outgoing_budget`).
@@ -47,6 +55,9 @@ pub struct Worker {
     pending: Pending,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
+    /// A second handle on our end of the socket, only polled: it reports the worker's end
+    /// closed (the worker exited) before the reader task gets to run and see the EOF.
+    hangup: std::os::unix::net::UnixStream,
     /// What the worker reported about each sandbox layer.
     pub layers: Vec<api::Layer>,
     pid: Option<u32>,
@@ -98,6 +109,9 @@ impl Worker {
             .spawn()
             .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
         drop(theirs);
+        let hangup = ours
+            .try_clone()
+            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
         ours.set_nonblocking(true)
             .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
         let stream = tokio::net::UnixStream::from_std(ours)
@@ -146,6 +160,13 @@ impl Worker {
         metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
+        let (reaped_tx, reaped) = tokio::sync::watch::channel(false);
+        let stop = Arc::new(tokio::sync::Notify::new());
+        {
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|(_, reaped)| !*reaped.borrow());
+            live.push((stop.clone(), reaped.clone()));
+        }
         let (outgoing, mut calls_rx) = mpsc::unbounded_channel::<Outgoing>();
         let (control, mut control_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
@@ -167,14 +188,28 @@ impl Worker {
             let pending = pending.clone();
             let dead = dead.clone();
             tokio::spawn(async move {
-                while let Ok(Some(reply)) = frame::read_async::<WorkerReply>(&mut read_half).await {
-                    let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
-                    let (id, last) = (reply.id, reply.last);
-                    if let Some(tx) = table.get(&id) {
-                        let _ = tx.send(reply);
+                let reading = async {
+                    while let Ok(Some(reply)) =
+                        frame::read_async::<WorkerReply>(&mut read_half).await
+                    {
+                        let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
+                        let (id, last) = (reply.id, reply.last);
+                        if let Some(tx) = table.get(&id) {
+                            let _ = tx.send(reply);
+                        }
+                        if last {
+                            table.remove(&id);
+                        }
                     }
-                    if last {
-                        table.remove(&id);
+                };
+                tokio::pin!(reading);
+                tokio::select! {
+                    () = &mut reading => {}
+                    // The daemon stops: kill the worker (through the handle that knows whether
+                    // it was reaped, so never another process) and read on until its EOF.
+                    () = stop.notified() => {
+                        let _ = child.start_kill();
+                        reading.await;
                     }
                 }
                 dead.store(true, Ordering::SeqCst);
@@ -193,6 +228,9 @@ impl Worker {
                     Err(e) => tracing::warn!("cannot reap a sandbox worker: {e}"),
                 }
                 drop(cgroup);
+                // A danger-full-access worker's commands have no pid namespace to die with.
+                let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
+                let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
                 pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
             });
@@ -204,13 +242,17 @@ impl Worker {
             pending,
             next_id: AtomicU64::new(1),
             dead,
+            hangup,
             layers,
             pid,
         }))
     }
 
+    /// The worker exited: its reader saw the EOF, or its end of the socket is closed already.
+    /// The second check matters for a call that arrives just after the worker died: without
+    /// it the call would be sent to the dead worker and fail, rather than start a new one.
     pub fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::SeqCst)
+        self.dead.load(Ordering::SeqCst) || hung_up(&self.hangup)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -327,6 +369,19 @@ impl Worker {
             }
         }
     }
+}
+
+/// Whether the other end of `socket` is closed (the kernel closes a process's descriptors as it
+/// exits, before its parent can reap it). Never blocks.
+fn hung_up(socket: &std::os::unix::net::UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    // POLLHUP needs no asking: a Unix stream socket reports it once the peer has closed.
+    let mut fds = [PollFd::new(socket.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLHUP))
 }
 
 /// A unary call's final reply and what the worker reported with it.
@@ -588,6 +643,25 @@ impl WorkerPool {
         .await
     }
 
+    /// Stops every worker (the daemon is shutting down and no call is left on them): kills each,
+    /// waits until it is reaped, and kills the commands of danger-full-access workers that
+    /// outlived them (`orphans`). Bounded: a few seconds at most.
+    pub async fn shutdown(&self) {
+        // Every worker process, also those no session uses any more that are still finishing.
+        let workers: Vec<_> = LIVE
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+            .collect();
+        for (stop, _) in &workers {
+            stop.notify_one();
+        }
+        for (_, mut reaped) in workers {
+            let _ = tokio::time::timeout(Duration::from_secs(3), reaped.wait_for(|r| *r)).await;
+        }
+        let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
+    }
+
     // Added for the per-user worker cap (H12, policy `max_workers`); keep when rewriting.
     /// Live workers running as `uid` (a worker without an identity runs as the daemon's uid),
     /// and whether `policy` already has one (opening a session for it spawns nothing new).
@@ -607,5 +681,24 @@ impl WorkerPool {
             .count();
         let exists = table.get(policy).is_some_and(live);
         (count, exists)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hung_up;
+
+    #[test]
+    fn a_closed_peer_is_seen_at_once_and_an_open_one_never() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!hung_up(&ours));
+        // Unread data from the peer is not a hang-up.
+        std::io::Write::write_all(&mut &theirs, b"reply").unwrap();
+        assert!(!hung_up(&ours));
+        drop(theirs);
+        assert!(
+            hung_up(&ours),
+            "seen without reading the pending data first"
+        );
     }
 }

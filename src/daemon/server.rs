@@ -37,6 +37,14 @@ pub async fn serve(
         .transpose()
         .map_err(|e| format!("socket activation: descriptor 3 is not a Unix socket: {e}"))?;
     let owns_socket_file = activated.is_none();
+    // Commands of a worker that dies are re-parented here rather than to init, to be killed
+    // (orphans.rs).
+    if let Err(e) = crate::daemon::orphans::become_subreaper() {
+        tracing::warn!(
+            "cannot become a child subreaper ({e}): commands of a danger-full-access worker \
+             that dies may outlive it"
+        );
+    }
     let sessions = SessionStore::new(config.session_idle_timeout, config.max_sessions);
     if let Some(addr) = config.metrics_listen {
         crate::daemon::metrics::install(addr)?;
@@ -225,6 +233,8 @@ pub async fn serve(
         }
     }
     expiry.abort();
+    // No call is left: stop the workers, and with them every command.
+    executor.pool().shutdown().await;
     if let Some(health) = health_only {
         health.abort();
     }

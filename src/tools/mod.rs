@@ -85,8 +85,14 @@ impl std::fmt::Display for ToolError {
 
 impl std::error::Error for ToolError {}
 
-/// The error class of an I/O error.
+/// The error class of an I/O error. A full disk, a quota, the file-size limit or the descriptor
+/// limits are a resource running out (RESOURCE_EXHAUSTED), not a fault of corral's.
 pub fn kind_of_io(err: &io::Error) -> ErrorKind {
+    if let Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EMFILE | libc::ENFILE) =
+        err.raw_os_error()
+    {
+        return ErrorKind::ResourceExhausted;
+    }
     match err.kind() {
         io::ErrorKind::NotFound => ErrorKind::NotFound,
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
@@ -113,4 +119,27 @@ pub fn truncate_to_char_boundary(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_running_out_is_resource_exhausted() {
+        for errno in [
+            libc::ENOSPC,
+            libc::EDQUOT,
+            libc::EFBIG,
+            libc::EMFILE,
+            libc::ENFILE,
+        ] {
+            let e = io::Error::from_raw_os_error(errno);
+            assert_eq!(kind_of_io(&e), ErrorKind::ResourceExhausted, "{e}");
+        }
+        let eio = io::Error::from_raw_os_error(libc::EIO);
+        assert_eq!(kind_of_io(&eio), ErrorKind::Internal);
+        let enoent = io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(kind_of_io(&enoent), ErrorKind::NotFound);
+    }
 }

@@ -476,9 +476,15 @@ fn inject(_point: Point, _path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `content` to `target` through a temporary file in the same directory, `fsync`, and a
-/// rename. `perms` are set on the new file; `None` gives `0666 & ~umask`. The temporary file is
-/// removed on any failure.
+/// Writes `content` to `target` atomically: a reader (or a crash) sees the old file or the new
+/// one, never part of either. `perms` are set on the new file; `None` gives `0666 & ~umask`.
+///
+/// The content goes to an unnamed file (`O_TMPFILE`) in the target's directory, is synced, then
+/// linked under a temporary name and renamed over the target at once. A worker killed while it
+/// writes therefore leaves nothing behind: only a kill in the instant between the link and the
+/// rename can leave a `.corral-patch-*.tmp` file. Where the filesystem has no `O_TMPFILE` (or
+/// there is no `/proc` to name the file by) a named temporary file is written instead. Either
+/// temporary file is removed on any failure.
 fn write_atomic(
     target: &Path,
     content: &[u8],
@@ -486,23 +492,93 @@ fn write_atomic(
     point: Point,
 ) -> io::Result<()> {
     let dir = target.parent().unwrap_or(Path::new("/"));
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
+    let file = match open_unnamed(dir) {
+        Ok(file) => file,
+        Err(e) if no_unnamed_files(&e) => return write_named(target, content, perms, point),
+        Err(e) => return Err(e),
+    };
+    fill(&file, content, perms)?;
+    inject(point, target)?;
+    let named = match temp_builder().make_in(dir, |name| link_unnamed(&file, name)) {
+        Ok(named) => named,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // No /proc in this mount namespace: the unnamed file cannot be given a name.
+            return write_named(target, content, perms, point);
+        }
+        Err(e) => return Err(e),
+    };
+    named.persist(target).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The fallback of [`write_atomic`]: a named temporary file, written, synced and renamed.
+fn write_named(
+    target: &Path,
+    content: &[u8],
+    perms: Option<&Permissions>,
+    point: Point,
+) -> io::Result<()> {
+    let dir = target.parent().unwrap_or(Path::new("/"));
+    let mut builder = temp_builder();
     if perms.is_none() {
         builder.permissions(Permissions::from_mode(0o666));
     }
-    let mut tmp = builder.tempfile_in(dir)?;
-    tmp.write_all(content)?;
-    if let Some(p) = perms {
-        // The rewritten file keeps its mode but never a set-id bit: a sandbox refuses to set
-        // one (spec/sandbox.md §8.6 H3), and new content must not inherit the old privilege.
-        tmp.as_file()
-            .set_permissions(Permissions::from_mode(p.mode() & 0o1777))?;
-    }
-    tmp.as_file().sync_all()?;
+    let tmp = builder.tempfile_in(dir)?;
+    fill(tmp.as_file(), content, perms)?;
     inject(point, target)?;
     tmp.persist(target).map_err(|e| e.error)?;
     Ok(())
+}
+
+fn temp_builder() -> tempfile::Builder<'static, 'static> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(TEMP_PREFIX).suffix(TEMP_SUFFIX);
+    builder
+}
+
+/// An unnamed regular file in `dir`, `0666 & ~umask` like a created file.
+fn open_unnamed(dir: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .mode(0o666)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+}
+
+/// The filesystem (or kernel) cannot make unnamed files: `EOPNOTSUPP` from the filesystem,
+/// `EISDIR` or `EINVAL` from a kernel that predates `O_TMPFILE`.
+fn no_unnamed_files(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
+}
+
+/// Writes the whole content, sets the mode and syncs.
+fn fill(mut file: &fs::File, content: &[u8], perms: Option<&Permissions>) -> io::Result<()> {
+    file.write_all(content)?;
+    if let Some(p) = perms {
+        // The rewritten file keeps its mode but never a set-id bit: a sandbox refuses to set
+        // one (spec/sandbox.md §8.6 H3), and new content must not inherit the old privilege.
+        file.set_permissions(Permissions::from_mode(p.mode() & 0o1777))?;
+    }
+    file.sync_all()
+}
+
+/// Gives the unnamed `file` the name `name` (through `/proc/self/fd`: linking a descriptor
+/// directly needs `CAP_DAC_READ_SEARCH`). `EEXIST` lets the caller pick another name.
+fn link_unnamed(file: &fs::File, name: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let by_fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+    nix::unistd::linkat(
+        nix::fcntl::AT_FDCWD,
+        by_fd.as_str(),
+        nix::fcntl::AT_FDCWD,
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+    )
+    .map_err(io::Error::from)
 }
 
 /// Creates the missing ancestors of `target`, outermost first, recording each one created.

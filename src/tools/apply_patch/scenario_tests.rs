@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 use super::fault;
@@ -1180,7 +1180,46 @@ fn rollback_failure_is_reported() {
         ws.root.display()
     );
     assert_eq!(norm(&err.message), failure(&output));
-    assert_eq!(err.kind, ErrorKind::Internal);
+    // Classed by the first failure: the disk is full.
+    assert_eq!(err.kind, ErrorKind::ResourceExhausted);
     // The failed file is untouched and no temporary file is left behind.
     assert_eq!(ws.files(), files(&[("a.txt", "A\n"), ("b.txt", "b\n")]));
+}
+
+/// While new content is written and synced it has no name yet, so a worker killed there (the
+/// longest part of a commit) leaves no temporary file behind; tests/faults.rs kills real
+/// workers mid-commit.
+#[test]
+fn content_is_written_to_an_unnamed_file() {
+    let ws = Ws::new(&[("a.txt", "a\n")]);
+    if let Err(e) = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(&ws.root)
+    {
+        eprintln!("skipped: this filesystem has no O_TMPFILE ({e})");
+        return;
+    }
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let record = seen.clone();
+    fault::set(move |point, path| {
+        if point == fault::Point::Write {
+            let names: Vec<String> = fs::read_dir(path.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            record.borrow_mut().push(names);
+        }
+        None
+    });
+    let result = ws.apply("*** Update File: a.txt\n@@\n-a\n+A\n*** Add File: sub/b.txt\n+b");
+    fault::clear();
+    result.unwrap();
+    let seen = seen.borrow();
+    assert_eq!(
+        *seen,
+        vec![vec!["a.txt".to_string()], vec![]],
+        "only the files themselves, written and synced"
+    );
+    assert_eq!(ws.files(), files(&[("a.txt", "A\n"), ("sub/b.txt", "b\n")]));
 }

@@ -1,0 +1,947 @@
+//! Faults against a real daemon (issue 13): a worker killed in the middle of apply_patch, a full
+//! disk during apply_patch, SIGTERM of the daemon with many running commands, a client that
+//! disconnects mid-command, and a worker that dies under its calls.
+//!
+//! Processes are checked on the host's process table by `(pid, start time)`, so a reused pid is
+//! never mistaken for a survivor.
+
+mod common;
+
+use common::{Daemon, eventually, scratch};
+use corral::api::{self, SandboxMode};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const WW: SandboxMode = SandboxMode::WorkspaceWrite;
+
+// ---------------------------------------------------------------------------------------------
+// The host's process table.
+
+/// One host process as `/proc/<pid>/stat` shows it; the same process while pid and start
+/// time are.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    /// Clock ticks after boot: with the pid, names the process even after its pid is reused.
+    start: u64,
+}
+
+impl PartialEq for Proc {
+    fn eq(&self, other: &Proc) -> bool {
+        (self.pid, self.start) == (other.pid, other.start)
+    }
+}
+
+fn stat(pid: i32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: the fields start after the last ')'.
+    // fields[0] is the state (field 3 of stat(5)), [1] the parent, [19] the start time.
+    let fields: Vec<&str> = text.get(text.rfind(')')? + 2..)?.split(' ').collect();
+    Some(Proc {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn processes() -> Vec<Proc> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(stat)
+        .collect()
+}
+
+/// Every descendant of `root` (not `root` itself).
+fn descendants(root: i32) -> Vec<Proc> {
+    let all = processes();
+    let mut found: Vec<Proc> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for p in all.iter().filter(|p| p.ppid == parent) {
+            found.push(*p);
+            parents.push(p.pid);
+        }
+    }
+    found
+}
+
+/// Still in the process table as the same process (a zombie counts).
+fn present(p: &Proc) -> bool {
+    stat(p.pid).is_some_and(|now| now.start == p.start)
+}
+
+/// Still running: present and not a zombie. An orphan's zombie waits for the host's init to
+/// reap it, which can take a while and says nothing about corral.
+fn running(p: &Proc) -> bool {
+    present(p)
+        && std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
+            .ok()
+            .and_then(|t| t.get(t.rfind(')')? + 2..)?.chars().next())
+            .is_some_and(|state| state != 'Z')
+}
+
+fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+fn is_worker(p: &Proc) -> bool {
+    cmdline(p.pid).contains("__worker")
+}
+
+/// The daemon's workers: every `__worker` process below it (a sandboxed worker is two, the
+/// parent that waits and PID 1 of the sandbox's pid namespace).
+fn workers(daemon: &Daemon) -> Vec<Proc> {
+    descendants(daemon.pid() as i32)
+        .into_iter()
+        .filter(is_worker)
+        .collect()
+}
+
+/// The worker process that serves calls: a `__worker` with no `__worker` child (in a sandboxed
+/// mode, PID 1 of the sandbox; in danger-full-access, the only one). A command being forked
+/// still has the worker's command line for a moment, so this is for workers with none.
+fn serving_workers(daemon: &Daemon) -> Vec<Proc> {
+    let all = workers(daemon);
+    all.iter()
+        .filter(|w| !all.iter().any(|c| c.ppid == w.pid))
+        .copied()
+        .collect()
+}
+
+/// The serving worker (the nearest `__worker` ancestor) of host process `pid`.
+fn worker_of(pid: i32) -> Option<Proc> {
+    let mut p = stat(pid)?;
+    loop {
+        p = stat(p.ppid)?;
+        if is_worker(&p) {
+            return Some(p);
+        }
+    }
+}
+
+fn sigkill(p: &Proc) {
+    if present(p) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Host processes below the daemon whose command line contains `marker`.
+fn marked(daemon: &Daemon, marker: &str) -> Vec<Proc> {
+    descendants(daemon.pid() as i32)
+        .into_iter()
+        .filter(|p| cmdline(p.pid).contains(marker))
+        .collect()
+}
+
+/// Of [`marked`], the `sleep` processes (not the shells whose scripts name them).
+fn sleeping(daemon: &Daemon, marker: &str) -> Vec<Proc> {
+    marked(daemon, marker)
+        .into_iter()
+        .filter(|p| cmdline(p.pid).starts_with("sleep "))
+        .collect()
+}
+
+/// A small, seedable generator (xorshift64*): the seed is printed so a failure can be replayed.
+struct Random(u64);
+
+impl Random {
+    fn seeded() -> Random {
+        let seed = match std::env::var("CORRAL_FAULTS_SEED") {
+            Ok(s) => s.parse().expect("CORRAL_FAULTS_SEED is a number"),
+            Err(_) => {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            }
+        };
+        eprintln!("seed: CORRAL_FAULTS_SEED={seed}");
+        Random(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n.max(1)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A patch over 50 files, and what each of its paths may hold.
+
+/// What one path holds: absent, or these bytes.
+type State = Option<Vec<u8>>;
+
+/// One path the patch touches, with its content before and after.
+struct Touched {
+    path: &'static str,
+    old: State,
+    new: State,
+}
+
+/// A 50-file patch: 35 updates, 5 adds (in a directory that does not exist yet), 5 deletes and
+/// 5 moves with an update, each file a few KiB so a write is more than one page.
+struct FiftyFiles {
+    patch: String,
+    touched: Vec<Touched>,
+    /// For each move: (source index, destination index) in `touched`.
+    moves: Vec<(usize, usize)>,
+}
+
+fn body(tag: &str, i: usize) -> String {
+    (0..200)
+        .map(|line| format!("{tag} file {i} line {line}\n"))
+        .collect()
+}
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+impl FiftyFiles {
+    fn new() -> FiftyFiles {
+        let mut patch = String::from("*** Begin Patch\n");
+        let mut touched = Vec::new();
+        let mut moves = Vec::new();
+        let update = |i: usize| format!("@@\n-old file {i} line 100\n+new file {i} line 100\n");
+        let updated = |i: usize| {
+            body("old", i).replace(
+                &format!("old file {i} line 100\n"),
+                &format!("new file {i} line 100\n"),
+            )
+        };
+        for i in 0..35 {
+            let path = leak(format!("u{i:02}.txt"));
+            patch.push_str(&format!("*** Update File: {path}\n{}", update(i)));
+            touched.push(Touched {
+                path,
+                old: Some(body("old", i).into_bytes()),
+                new: Some(updated(i).into_bytes()),
+            });
+        }
+        for i in 35..40 {
+            let path = leak(format!("added/deeper/a{i:02}.txt"));
+            patch.push_str(&format!("*** Add File: {path}\n"));
+            for line in body("new", i).lines() {
+                patch.push_str(&format!("+{line}\n"));
+            }
+            touched.push(Touched {
+                path,
+                old: None,
+                new: Some(body("new", i).into_bytes()),
+            });
+        }
+        for i in 40..45 {
+            let path = leak(format!("d{i:02}.txt"));
+            patch.push_str(&format!("*** Delete File: {path}\n"));
+            touched.push(Touched {
+                path,
+                old: Some(body("old", i).into_bytes()),
+                new: None,
+            });
+        }
+        for i in 45..50 {
+            let (from, to) = (
+                leak(format!("m{i:02}.txt")),
+                leak(format!("m{i:02}-moved.txt")),
+            );
+            patch.push_str(&format!(
+                "*** Update File: {from}\n*** Move to: {to}\n{}",
+                update(i)
+            ));
+            moves.push((touched.len(), touched.len() + 1));
+            touched.push(Touched {
+                path: from,
+                old: Some(body("old", i).into_bytes()),
+                new: None,
+            });
+            touched.push(Touched {
+                path: to,
+                old: None,
+                new: Some(updated(i).into_bytes()),
+            });
+        }
+        patch.push_str("*** End Patch");
+        FiftyFiles {
+            patch,
+            touched,
+            moves,
+        }
+    }
+
+    /// Empties `ws` and writes every file's old state.
+    fn reset(&self, ws: &Path) {
+        for entry in std::fs::read_dir(ws).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        for t in &self.touched {
+            if let Some(bytes) = &t.old {
+                std::fs::write(ws.join(t.path), bytes).unwrap();
+            }
+        }
+    }
+}
+
+/// Every regular file below `dir`, relative to it.
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                dirs.push(entry.path());
+            } else {
+                out.push(entry.path().strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn is_patch_temp(path: &Path) -> bool {
+    let name = path.file_name().unwrap().to_string_lossy();
+    name.starts_with(".corral-patch-") && name.ends_with(".tmp")
+}
+
+/// How the files stood after one killed patch.
+#[derive(Debug, Default)]
+struct Outcome {
+    old: usize,
+    new: usize,
+    /// Temporary files a killed commit left behind.
+    temps: usize,
+}
+
+/// Checks that each touched path holds exactly its old or its new state, that a move never
+/// loses its content (the destination is written before the source is removed), and that no
+/// other file exists except commit temporaries; says how many paths were old and new.
+fn check_each_file(plan: &FiftyFiles, ws: &Path, rep: usize) -> Outcome {
+    let mut outcome = Outcome::default();
+    let mut states = Vec::new();
+    for t in &plan.touched {
+        let now: State = match std::fs::read(ws.join(t.path)) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("rep {rep}: {}: {e}", t.path),
+        };
+        let is_old = now == t.old;
+        let is_new = now == t.new;
+        assert!(
+            is_old || is_new,
+            "rep {rep}: {} is neither wholly old nor wholly new: {:?} bytes",
+            t.path,
+            now.as_ref().map(Vec::len)
+        );
+        if is_old {
+            outcome.old += 1;
+        } else {
+            outcome.new += 1;
+        }
+        states.push(is_new);
+    }
+    for &(source, dest) in &plan.moves {
+        assert!(
+            !(states[source] && !states[dest]),
+            "rep {rep}: {} was removed before {} was written",
+            plan.touched[source].path,
+            plan.touched[dest].path
+        );
+    }
+    for f in files_below(ws) {
+        if is_patch_temp(&f) {
+            outcome.temps += 1;
+            continue;
+        }
+        assert!(
+            plan.touched.iter().any(|t| Path::new(t.path) == f),
+            "rep {rep}: unexpected file {}",
+            f.display()
+        );
+    }
+    outcome
+}
+
+/// SIGKILL of the worker at random moments of a 50-file apply_patch, 200 times: every file is
+/// wholly old or wholly new. The set of files is not all-or-nothing: each file is replaced
+/// atomically (temporary file, fsync, rename), but a killed worker cannot roll back the files it
+/// already replaced (spec/tools.md §5.7 step 4; docs/SECURITY.md, known limits).
+#[tokio::test]
+async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_new() {
+    const REPS: usize = 200;
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let plan = FiftyFiles::new();
+    plan.reset(ws.path());
+    let s = d.open(ws.path(), WW).await;
+    let mut tools = d.tools().await;
+    let request = api::ApplyPatchRequest {
+        session_id: s.clone(),
+        patch: plan.patch.clone(),
+    };
+    let warm = api::ListDirRequest {
+        session_id: s.clone(),
+        dir_path: ws.path().display().to_string(),
+        ..Default::default()
+    };
+
+    // How long the whole call takes when nothing is killed.
+    let mut took = Vec::new();
+    for _ in 0..3 {
+        plan.reset(ws.path());
+        let start = Instant::now();
+        let r = tools
+            .apply_patch(request.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        took.push(start.elapsed());
+        assert_eq!(r.changes.len(), 50, "{}", r.text);
+        let o = check_each_file(&plan, ws.path(), 0);
+        assert_eq!((o.old, o.new, o.temps), (0, plan.touched.len(), 0));
+    }
+    took.sort();
+    let window = took[1] + took[1] / 10;
+
+    let mut random = Random::seeded();
+    let (mut all_old, mut all_new, mut mixed, mut temps, mut killed) = (0, 0, 0, 0, 0);
+    let started = Instant::now();
+    for rep in 1..=REPS {
+        plan.reset(ws.path());
+        // The worker is up (a kill replaced it) before the patch is sent.
+        tools.list_dir(warm.clone()).await.unwrap();
+        let serving = serving_workers(&d);
+        assert_eq!(serving.len(), 1, "rep {rep}: one worker: {serving:?}");
+        let delay = Duration::from_micros(random.below(window.as_micros() as u64));
+        let mut client = tools.clone();
+        let req = request.clone();
+        let call = tokio::spawn(async move { client.apply_patch(req).await });
+        tokio::time::sleep(delay).await;
+        sigkill(&serving[0]);
+        let result = call.await.unwrap();
+        // Once it is gone, the next call must find a new worker, not this one.
+        assert!(
+            eventually(Duration::from_secs(5), || !present(&serving[0])).await,
+            "rep {rep}: the killed worker is gone"
+        );
+        match result {
+            Ok(_) => {}
+            Err(e) => {
+                killed += 1;
+                assert_eq!(e.code(), Code::Unavailable, "rep {rep}: {e:?}");
+                assert!(
+                    e.message().contains("sandbox worker") && e.message().contains("retry"),
+                    "rep {rep}: {e:?}"
+                );
+            }
+        }
+        let o = check_each_file(&plan, ws.path(), rep);
+        temps += o.temps;
+        match (o.old, o.new) {
+            (_, 0) => all_old += 1,
+            (0, _) => all_new += 1,
+            _ => mixed += 1,
+        }
+    }
+    eprintln!(
+        "{REPS} kills in {:?} (patch alone {:?}): {killed} calls failed; files all old {all_old}, \
+         all new {all_new}, mixed {mixed}; {temps} temporary files left",
+        started.elapsed(),
+        took[1]
+    );
+    // The kills landed inside the commit often enough for the check to mean something.
+    assert!(mixed >= REPS / 10, "only {mixed} kills landed mid-commit");
+}
+
+/// A small tmpfs mounted for one test (root only), unmounted on drop.
+struct SmallDisk(tempfile::TempDir);
+
+impl SmallDisk {
+    fn mount(bytes: u64) -> SmallDisk {
+        let dir = scratch();
+        let (code, out) = common::host_sh(&format!(
+            "mount -t tmpfs -o size={bytes},mode=0755 corral-test {}",
+            dir.path().display()
+        ));
+        assert_eq!(code, 0, "mount: {out}");
+        SmallDisk(dir)
+    }
+
+    fn used(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
+        (st.blocks() - st.blocks_free()) * st.fragment_size()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = common::host_sh(&format!("umount -l {}", self.0.path().display()));
+    }
+}
+
+/// Every entry below `dir` (directories too) with the content of each file and its mode.
+fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let content = if meta.is_dir() {
+                dirs.push(path.clone());
+                None
+            } else {
+                Some(std::fs::read(&path).unwrap())
+            };
+            let rel = path.strip_prefix(dir).unwrap().to_path_buf();
+            out.push((rel, content, meta.permissions().mode()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A patch whose files fit one by one but not together fills the disk half way through its
+/// commit: the call fails with RESOURCE_EXHAUSTED, everything already written is rolled back
+/// and the space is free again.
+#[tokio::test]
+async fn a_full_disk_during_apply_patch_changes_nothing() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
+        return;
+    }
+    let disk = SmallDisk::mount(1 << 20);
+    let ws = disk.0.path();
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/m.txt"), "move me\n").unwrap();
+    let d = Daemon::start(&[]).await;
+    let s = d.open(ws, WW).await;
+    let before = (tree(ws), disk.used());
+
+    // Updates, a delete and a move first, then four files of 300 KiB on a 1 MiB disk.
+    let line = format!("+{}\n", "x".repeat(1023));
+    let big: String = line.repeat(300);
+    let mut patch = String::from(
+        "*** Begin Patch\n*** Update File: a.txt\n@@\n-two\n+TWO\n\
+         *** Delete File: gone.txt\n\
+         *** Update File: src/m.txt\n*** Move to: dst/m.txt\n@@\n-move me\n+moved\n",
+    );
+    for i in 0..4 {
+        patch.push_str(&format!("*** Add File: new/big{i}.bin\n{big}"));
+    }
+    patch.push_str("*** End Patch");
+    let e = d
+        .tools()
+        .await
+        .apply_patch(api::ApplyPatchRequest {
+            session_id: s.clone(),
+            patch,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    // The disk filled after some of the big files were written (so there was something to undo).
+    assert!(
+        e.message().contains("new/big2.bin") || e.message().contains("new/big3.bin"),
+        "{e:?}"
+    );
+    assert!(
+        e.message().contains("No space left on device")
+            && e.message()
+                .contains("All changes made by this patch were rolled back."),
+        "{e:?}"
+    );
+    assert_eq!(
+        (tree(ws), disk.used()),
+        before,
+        "nothing changed (no temporary file, no new directory) and the space is free again"
+    );
+
+    // The same disk takes a patch that fits.
+    let r = d
+        .tools()
+        .await
+        .apply_patch(api::ApplyPatchRequest {
+            session_id: s,
+            patch: "*** Begin Patch\n*** Update File: a.txt\n@@\n-two\n+TWO\n*** End Patch".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.changes.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "one\nTWO\n"
+    );
+}
+
+fn shell_request(session: &str, script: &str) -> api::ShellRequest {
+    api::ShellRequest {
+        session_id: session.into(),
+        command: vec!["bash".into(), "-c".into(), script.into()],
+        timeout_ms: Some(300_000),
+        ..Default::default()
+    }
+}
+
+/// SIGTERM with 100 commands running (each a shell with two children) in three workers, one of
+/// them danger-full-access (no pid namespace to take its commands down): after the grace the
+/// daemon exits 0, its socket is gone, and so is every process that was below it.
+#[tokio::test]
+async fn sigterm_of_the_daemon_with_100_running_commands_leaves_no_process_behind() {
+    const COMMANDS: usize = 100;
+    let mut d = Daemon::start(&["--shutdown-grace", "1", "--root-callers", "trusted"]).await;
+    let ws = scratch();
+    let mut sessions = Vec::new();
+    for mode in [
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ] {
+        sessions.push(d.open(ws.path(), mode).await);
+    }
+    let mut calls = Vec::new();
+    let mut tools = d.tools().await;
+    for i in 0..COMMANDS {
+        if i % 10 == 0 {
+            // Several client connections, as several agents would have.
+            tools = d.tools().await;
+        }
+        let mut client = tools.clone();
+        let req = shell_request(
+            &sessions[i % sessions.len()],
+            "sleep 3131 & sleep 3132 & wait",
+        );
+        calls.push(tokio::spawn(async move { client.shell(req).await }));
+    }
+    let daemon_pid = d.pid() as i32;
+    assert!(
+        eventually(Duration::from_secs(60), || sleeping(&d, "sleep 313").len()
+            == 2 * COMMANDS)
+        .await,
+        "all {COMMANDS} commands run: {} sleeps",
+        sleeping(&d, "sleep 313").len()
+    );
+    let below = descendants(daemon_pid);
+    let shells = below
+        .iter()
+        .filter(|p| cmdline(p.pid).starts_with("bash -c sleep 3131"))
+        .count();
+    assert_eq!(shells, COMMANDS, "every command's shell is running");
+    assert_eq!(serving_workers(&d).len(), 3, "one worker per mode");
+
+    let signalled = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut child = d.child.take().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let exited = signalled.elapsed();
+    let running_at_exit = below.iter().filter(|p| running(p)).count();
+    assert!(status.success(), "{status:?}; log:\n{}", d.log_text());
+    assert!(!d.socket.exists(), "the socket is removed");
+    // Whatever is still dying when the daemon exits (e.g. a worker's commands taken down with
+    // its pid namespace) is dead a moment later.
+    let gone = eventually(Duration::from_secs(2), || below.iter().all(|p| !running(p))).await;
+    let left: Vec<String> = below
+        .iter()
+        .filter(|p| running(p))
+        .map(|p| format!("{} {:?}", p.pid, cmdline(p.pid)))
+        .collect();
+    assert!(gone, "left behind:\n{}", left.join("\n"));
+    eprintln!(
+        "{} processes below the daemon; it exited {exited:?} after SIGTERM with {running_at_exit} \
+         still running; all dead {:?} after",
+        below.len(),
+        signalled.elapsed()
+    );
+    for call in calls {
+        let result = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("every call ended")
+            .unwrap();
+        assert!(result.is_err(), "no command finished: {result:?}");
+    }
+}
+
+/// A connection to the daemon that the test can cut, as a client that crashes or loses its
+/// network would: `shutdown(2)` of the socket under the gRPC channel.
+async fn cuttable_channel(socket: &Path) -> (tonic::transport::Channel, std::os::fd::OwnedFd) {
+    use hyper_util::rt::TokioIo;
+    use std::os::fd::AsFd;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let socket = socket.to_path_buf();
+    let tx = std::sync::Mutex::new(tx);
+    let channel = tonic::transport::Endpoint::from_static("http://corral.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            let tx = tx.lock().unwrap().clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(&socket).await?;
+                let _ = tx.send(stream.as_fd().try_clone_to_owned()?);
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    (channel, rx.recv().unwrap())
+}
+
+/// A client that disconnects in the middle of a command: within a second the command's whole
+/// tree is gone from the host — its shell, a child, a double-forked orphan and a child in a new
+/// session — sandboxed and in danger-full-access (no pid namespace there).
+#[tokio::test]
+async fn a_client_that_disconnects_mid_command_has_its_tree_killed_within_a_second() {
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
+    let ws = scratch();
+    for (mode, n) in [(WW, 1), (SandboxMode::DangerFullAccess, 2)] {
+        let s = d.open(ws.path(), mode).await;
+        let marker = format!("sleep 414{n}");
+        let script = format!("{marker}1 & ({marker}2 &); setsid {marker}3 & {marker}4; echo never");
+        let (channel, fd) = cuttable_channel(&d.socket).await;
+        let mut tools = api::tools_client::ToolsClient::new(channel);
+        let call = tokio::spawn(async move { tools.shell(shell_request(&s, &script)).await });
+        assert!(
+            eventually(Duration::from_secs(20), || {
+                sleeping(&d, &marker).len() == 4
+            })
+            .await,
+            "{mode:?}: the four sleeps run"
+        );
+        let tree = marked(&d, &marker);
+        let cut = Instant::now();
+        nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            nix::sys::socket::Shutdown::Both,
+        )
+        .unwrap();
+        let gone = eventually(Duration::from_secs(5), || tree.iter().all(|p| !present(p))).await;
+        let took = cut.elapsed();
+        assert!(gone, "{mode:?}: the tree was not killed");
+        assert!(
+            took < Duration::from_secs(1),
+            "{mode:?}: the tree was killed only {took:?} after the disconnect"
+        );
+        eprintln!(
+            "{mode:?}: {} processes gone {took:?} after the disconnect",
+            tree.len()
+        );
+        assert!(
+            call.await.unwrap().is_err(),
+            "{mode:?}: the call did not finish"
+        );
+    }
+}
+
+/// A worker killed under its calls fails exactly the calls in flight on it (two sessions share
+/// it), promptly, with UNAVAILABLE and a message that says what happened and to retry; their
+/// commands are gone; a call in another worker finishes normally; the next call on the dead
+/// worker's sessions starts a new worker and works.
+#[tokio::test]
+async fn a_worker_that_dies_fails_only_its_own_calls() {
+    let d = Daemon::start(&["--root-callers", "trusted"]).await;
+    let (one, other) = (scratch(), scratch());
+    let a = d.open(one.path(), WW).await;
+    let a2 = d.open(one.path(), WW).await;
+    let b = d.open(other.path(), SandboxMode::ReadOnly).await;
+    let c = d.open(other.path(), SandboxMode::DangerFullAccess).await;
+    let spawn = |session: &str, script: &str| {
+        let (session, script) = (session.to_string(), script.to_string());
+        let tools = d.tools();
+        async move {
+            let mut tools = tools.await;
+            tokio::spawn(async move { tools.shell(shell_request(&session, &script)).await })
+        }
+    };
+    let call_a = spawn(&a, "sleep 5151").await;
+    let call_a2 = spawn(&a2, "sleep 5152").await;
+    let call_b = spawn(&b, "sleep 5153; echo still here").await;
+    let call_c = spawn(&c, "sleep 5154; echo still here too").await;
+    let find = |marker: &str| {
+        marked(&d, marker)
+            .into_iter()
+            .find(|p| cmdline(p.pid) == format!("{marker} "))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || [
+            "sleep 5151",
+            "sleep 5152",
+            "sleep 5153",
+            "sleep 5154"
+        ]
+        .iter()
+        .all(|m| find(m).is_some()))
+        .await,
+        "all four commands run"
+    );
+    let (sa, sa2, sb, sc) = (
+        find("sleep 5151").unwrap(),
+        find("sleep 5152").unwrap(),
+        find("sleep 5153").unwrap(),
+        find("sleep 5154").unwrap(),
+    );
+    let dying = worker_of(sa.pid).unwrap();
+    assert_eq!(worker_of(sa2.pid), Some(dying), "a and a2 share a worker");
+    let (wb, wc) = (worker_of(sb.pid).unwrap(), worker_of(sc.pid).unwrap());
+    assert!(wb != dying && wc != dying && wb != wc, "three workers");
+
+    let killed = Instant::now();
+    sigkill(&dying);
+    for (name, call) in [("a", call_a), ("a2", call_a2)] {
+        let e = call.await.unwrap().unwrap_err();
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{name} failed only {:?} after the kill",
+            killed.elapsed()
+        );
+        assert_eq!(e.code(), Code::Unavailable, "{name}: {e:?}");
+        assert_eq!(
+            e.message(),
+            "the sandbox worker serving this session exited while the call was in flight; the \
+             call was lost. A new worker is started on the next call; retry it",
+            "{name}"
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || !present(&sa) && !present(&sa2)).await,
+        "the dead worker's commands are gone"
+    );
+    // The other workers did not notice.
+    assert!(present(&wb) && present(&wc) && present(&sb) && present(&sc));
+    for (session, ran) in [(&a, "one"), (&a2, "two")] {
+        let r = d.sh(session, &format!("echo {ran}")).await;
+        assert_eq!(
+            (r.exit_code, r.output.as_str()),
+            (0, format!("{ran}\n").as_str())
+        );
+    }
+    let now = serving_workers(&d);
+    assert_eq!(now.len(), 3, "a new worker for a and a2: {now:?}");
+    assert!(now.contains(&wb) && now.contains(&wc) && !now.contains(&dying));
+    for p in [&sb, &sc] {
+        // Let the other calls finish on their own.
+        sigkill(p);
+    }
+    for (name, call, text) in [
+        ("b", call_b, "still here\n"),
+        ("c", call_c, "still here too\n"),
+    ] {
+        let r = call.await.unwrap().unwrap().into_inner();
+        assert_eq!(r.exit_code, 0, "{name}: {r:?}");
+        assert_eq!(r.stdout.unwrap().head, text.as_bytes(), "{name}");
+    }
+}
+
+/// A single-user daemon (not root: no memory cgroup to empty) in danger-full-access, where no
+/// pid namespace takes a worker's commands down with it: when the worker is killed, and when the
+/// daemon is stopped, its commands — a shell, its child and a child in a new session — are
+/// killed too, not left to init. The client here is the CLI run as that user (the daemon
+/// refuses danger-full-access to a caller it cannot inspect).
+#[tokio::test]
+async fn danger_full_access_commands_die_with_their_worker_and_their_daemon() {
+    let common::RunAs::User(user) = common::RunAs::ordinary_user("flt") else {
+        unreachable!("an ordinary user")
+    };
+    for stop in ["SIGKILL of the worker", "SIGTERM of the daemon"] {
+        let mut d = Daemon::start_as(&user, &["--shutdown-grace", "1"]).await;
+        let ws = user.dir.join(format!("ws-{}", stop.len()));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::os::unix::fs::chown(&ws, Some(user.uid), Some(user.gid)).unwrap();
+        let (code, session, err) = user.corral(
+            d.target(),
+            &[
+                "open-session",
+                "--cwd",
+                ws.to_str().unwrap(),
+                "--mode",
+                "danger-full-access",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let cli = std::process::Command::new("setpriv")
+            .args(["--reuid", &user.name, "--regid", &user.name, "--init-groups", "--"])
+            .arg(common::client_binary())
+            .args([
+                "invoke",
+                "shell",
+                r#"{"command":["bash","-c","sleep 6161 & setsid sleep 6162 & wait"],"timeout_ms":300000}"#,
+                "--session",
+                &session,
+                "--socket",
+                d.target(),
+            ])
+            .current_dir(&user.dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(20), || sleeping(&d, "sleep 616").len()
+                == 2)
+            .await,
+            "{stop}: the command runs; log:\n{}",
+            d.log_text()
+        );
+        let below = descendants(d.pid() as i32);
+        assert_eq!(serving_workers(&d).len(), 1);
+        let t = Instant::now();
+        if stop.contains("worker") {
+            sigkill(&serving_workers(&d)[0]);
+        } else {
+            assert!(d.terminate().success(), "{}", d.log_text());
+        }
+        let gone = eventually(Duration::from_secs(3), || below.iter().all(|p| !running(p))).await;
+        let took = t.elapsed();
+        let left: Vec<_> = below.iter().filter(|p| running(p)).copied().collect();
+        for p in &left {
+            sigkill(p);
+        }
+        assert!(gone, "{stop}: left running: {left:?}");
+        eprintln!("{stop}: {} processes dead after {took:?}", below.len());
+        let out = cli.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stop}: {stderr}");
+        if stop.contains("worker") {
+            assert!(
+                stderr.contains("Unavailable: the sandbox worker"),
+                "{stderr}"
+            );
+            // The session goes on in a new worker.
+            let (code, out, err) = user.corral(
+                d.target(),
+                &[
+                    "invoke",
+                    "shell",
+                    r#"{"command":["echo","again"]}"#,
+                    "--session",
+                    &session,
+                ],
+            );
+            assert_eq!(code, 0, "{err}");
+            assert!(out.contains("again"), "{out}");
+        }
+    }
+}
