@@ -38,9 +38,8 @@ type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
 type Outgoing = (Vec<u8>, tokio::sync::OwnedSemaphorePermit);
 
 /// Every worker process not yet reaped (what tells its reader to kill it, and what says it was
-/// reaped), for the shutdown: workers
-/// that no session uses any more keep running until their last calls end, outside the pool's
-/// table.
+/// reaped), for the shutdown: workers that no session uses any more keep running until their
+/// last calls end, outside the pool's table.
 #[allow(clippy::type_complexity)]
 static LIVE: Mutex<Vec<(Arc<tokio::sync::Notify>, tokio::sync::watch::Receiver<bool>)>> =
     Mutex::new(Vec::new());
@@ -228,7 +227,8 @@ impl Worker {
                     Err(e) => tracing::warn!("cannot reap a sandbox worker: {e}"),
                 }
                 drop(cgroup);
-                // A danger-full-access worker's commands have no pid namespace to die with.
+                // A danger-full-access worker's commands have no pid namespace to die with. Killed
+                // before the calls fail, so a client that retries finds them gone.
                 let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
                 let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
