@@ -13,9 +13,9 @@
 use crate::api::{self, files_server::Files, upload_request::Item as Upload};
 use crate::daemon::audit::Outcome;
 use crate::daemon::executor::context_of;
-use crate::daemon::pool::CallHandle;
-use crate::daemon::service::{Admitted, CallStream, CorralService, Progress, Refusal, Trace};
+use crate::daemon::service::{Admitted, CorralService, Refusal, Trace};
 use crate::daemon::status;
+use crate::daemon::stream_pump::{CallStream, Streamed, stream_call};
 use crate::tools::transfer::MAX_DATA_CHUNK;
 use crate::wire::files_call::Op;
 use crate::wire::files_reply::Op as Answer;
@@ -25,11 +25,8 @@ use crate::wire::{
 };
 use prost::Message;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
-use tonic::{Code, Request, Response, Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
 fn files_call(op: Op) -> Call {
     Call::Files(FilesCall { op: Some(op) })
@@ -365,141 +362,46 @@ impl CorralService {
                 return Err(s);
             }
         };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (abort_tx, abort_rx) = oneshot::channel();
-        let progress = Arc::new(Progress::default());
-        let stream = CallStream {
-            rx,
-            abort: Some(abort_rx),
-            credits: handle.credits(),
-            progress: progress.clone(),
-            ended: false,
-            window_len: chunk_len,
-        };
-        let pump = DownloadPump {
-            service: self.clone(),
+        let stream = stream_call::<api::DownloadResponse>(
+            self.clone(),
             trace,
             admitted,
             handle,
             first,
             replies,
-            tx,
-            abort: Some(abort_tx),
-            progress,
-        };
-        tokio::spawn(pump.run());
+        );
         Ok(stream)
     }
 }
 
-/// The bytes of a download item that count against the worker's window.
-fn chunk_len(r: &api::DownloadResponse) -> u64 {
-    match &r.item {
-        Some(api::download_response::Item::Data(d)) => d.len() as u64,
-        _ => 0,
-    }
-}
-
-/// Moves a download's frames from the worker to its response stream; ends the call (metrics and
-/// the audit line with the bytes sent) however it ends.
-struct DownloadPump {
-    service: CorralService,
-    trace: Trace,
-    admitted: Admitted,
-    handle: CallHandle,
-    first: Option<WorkerReply>,
-    replies: mpsc::UnboundedReceiver<WorkerReply>,
-    tx: mpsc::UnboundedSender<DownloadItem>,
-    abort: Option<oneshot::Sender<Status>>,
-    progress: Arc<Progress>,
-}
-
-impl DownloadPump {
-    async fn run(mut self) {
-        let outcome = self.forward().await;
-        // Unless the call ended, dropping the handle cancels it in the worker.
-        drop(self.handle);
-        drop(self.admitted);
-        self.service.finish(self.trace, &outcome);
+/// Download's items: the file's chunks, then its summary, which ends the call.
+impl Streamed for api::DownloadResponse {
+    fn from_reply(
+        reply: Option<Reply>,
+        _escalated: bool,
+    ) -> Result<(Self, Option<Outcome>), Status> {
+        let Some(Reply::Files(FilesReply {
+            op: Some(Answer::Download(r)),
+        })) = reply
+        else {
+            return Err(status::unexpected_reply(reply));
+        };
+        let end = matches!(r.item, Some(api::download_response::Item::Summary(_)))
+            .then(|| Outcome::of(&Ok(Reply::Files(FilesReply { op: None }))));
+        Ok((r, end))
     }
 
-    fn abort(&mut self, status: Status) -> Outcome {
-        let outcome = Outcome::code(status.code());
-        if let Some(tx) = self.abort.take() {
-            let _ = tx.send(status);
+    fn window_len(&self) -> u64 {
+        match &self.item {
+            Some(api::download_response::Item::Data(d)) => d.len() as u64,
+            _ => 0,
         }
-        outcome
     }
 
-    async fn forward(&mut self) -> Outcome {
-        let budget = self.service.stream_stall_timeout;
-        let mut tick = tokio::time::interval(
-            (budget / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-        );
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let closed = self.admitted.session.closed.clone();
-        let mut received: u64 = 0;
-        let mut first = self.first.take();
-        loop {
-            let frame = match first.take() {
-                Some(frame) => Some(frame),
-                None => tokio::select! {
-                    frame = self.replies.recv() => frame,
-                    _ = closed.cancelled() => {
-                        let s = status::session_closed();
-                        let outcome = Outcome::code(s.code());
-                        let _ = self.tx.send(Err(s));
-                        return outcome;
-                    }
-                    _ = self.tx.closed() => return Outcome::code(Code::Cancelled),
-                    _ = tick.tick() => {
-                        if self.progress.stalled(budget) {
-                            return self.abort(status::stream_stalled(budget));
-                        }
-                        // The worker honours its window; the daemon never trusts that with memory.
-                        let credited = self.progress.credited.load(Ordering::Relaxed);
-                        let unacked = received.saturating_sub(credited);
-                        if unacked > 2 * crate::worker::serve::STREAM_WINDOW_BYTES {
-                            return self.abort(status::window_exceeded(unacked));
-                        }
-                        continue;
-                    }
-                },
-            };
-            let Some(frame) = frame else {
-                self.handle.done();
-                let s = status::worker_died();
-                let outcome = Outcome::code(s.code());
-                let _ = self.tx.send(Err(s));
-                return outcome;
-            };
-            if frame.last {
-                self.handle.done();
-            }
-            let item = match frame.result {
-                Some(Reply::Files(FilesReply {
-                    op: Some(Answer::Download(r)),
-                })) => Ok(r),
-                Some(Reply::Failure(f)) => Err(status::tool_failure(f)),
-                other => Err(status::unexpected_reply(other)),
-            };
-            let outcome = match &item {
-                Err(s) => Some(Outcome::code(s.code())),
-                Ok(r) => {
-                    received += chunk_len(r);
-                    matches!(r.item, Some(api::download_response::Item::Summary(_)))
-                        .then(|| Outcome::of(&Ok(Reply::Files(FilesReply { op: None }))))
-                }
-            };
-            self.progress.pushed();
-            if self.tx.send(item).is_err() {
-                return Outcome::code(Code::Cancelled);
-            }
-            if frame.last || outcome.as_ref().is_some_and(|o| o.name != "ok") {
-                let mut outcome = outcome.unwrap_or_else(|| Outcome::code(Code::Internal));
-                outcome.bytes_out = usize::try_from(received).unwrap_or(usize::MAX);
-                return outcome;
-            }
+    fn audit_len(&self) -> usize {
+        match &self.item {
+            Some(api::download_response::Item::Data(d)) => d.len(),
+            _ => 0,
         }
     }
 }

@@ -25,3 +25,4 @@ pub mod sessions;
 pub mod socket;
 pub mod startup;
 pub mod status;
+mod stream_pump;

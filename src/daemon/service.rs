@@ -15,21 +15,17 @@ use crate::daemon::executor::Executor;
 use crate::daemon::identity::{Authenticator, Caller, RootCallers, worker_identity};
 use crate::daemon::inflight::{CallGuard, InFlight};
 use crate::daemon::policy::{PolicyConfig, Rule, names_of};
-use crate::daemon::pool::{CallHandle, Credits};
 use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
 use crate::daemon::status::{self, invalid_field};
+use crate::daemon::stream_pump::{Streamed, stream_call};
 use crate::wire::process_call::Op as ProcessOp;
 use crate::wire::process_reply::Op as ProcessAnswer;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
-use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 /// How long a streaming client may leave the command's output unread before the call is
 /// cancelled (spec/sandbox.md H6); the config key `stream_stall_timeout` changes it.
@@ -531,7 +527,7 @@ impl CorralService {
     }
 
     /// The pipeline for a streamed shell call: the same checks, then the command's events
-    /// flow to the client under credit-based flow control (see [`CallStream`]).
+    /// flow to the client under credit-based flow control (see [`stream_call`]).
     ///
     /// A command that needs the user's decision before it runs gets a stream of one event, the
     /// approval request; DecideApproval then runs it as a unary Shell call.
@@ -606,29 +602,14 @@ impl CorralService {
                 return Err(s);
             }
         };
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (abort_tx, abort_rx) = oneshot::channel();
-        let progress = Arc::new(Progress::default());
-        let stream = CallStream {
-            rx,
-            abort: Some(abort_rx),
-            credits: handle.credits(),
-            progress: progress.clone(),
-            ended: false,
-            window_len: delta_len,
-        };
-        let pump = Pump {
-            service: self.clone(),
+        let stream = stream_call::<api::ShellStreamEvent>(
+            self.clone(),
             trace,
             admitted,
             handle,
             first,
             replies,
-            tx,
-            abort: Some(abort_tx),
-            progress,
-        };
-        tokio::spawn(pump.run());
+        );
         Ok(Box::pin(stream))
     }
 }
@@ -666,211 +647,35 @@ fn approval_reply(call: &Call, request: api::ApprovalRequest) -> Option<Reply> {
     }
 }
 
-/// Where a streamed call's client is: events handed to the stream and not yet taken by the
-/// transport, and since when it has made no progress.
-#[derive(Default)]
-pub(super) struct Progress {
-    state: Mutex<(usize, Option<Instant>)>,
-    /// Delta bytes taken by the transport (credited back to the worker).
-    pub(super) credited: AtomicU64,
-}
-
-impl Progress {
-    pub(super) fn pushed(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if s.0 == 0 {
-            s.1 = Some(Instant::now());
+/// ShellStream's items: the worker's events, the end marked with the call's escalation.
+impl Streamed for api::ShellStreamEvent {
+    fn from_reply(
+        reply: Option<Reply>,
+        escalated: bool,
+    ) -> Result<(Self, Option<Outcome>), Status> {
+        let Some(Reply::ShellEvent(mut ev)) = reply else {
+            return Err(status::unexpected_reply(reply));
+        };
+        let mut end = None;
+        if let Some(api::shell_stream_event::Event::End(resp)) = &mut ev.event {
+            resp.escalated = escalated;
+            end = Some(Outcome::of(&Ok(Reply::Shell(resp.clone()))));
         }
-        s.0 += 1;
+        Ok((ev, end))
     }
 
-    fn pulled(&self, delta_bytes: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 = s.0.saturating_sub(1);
-        s.1 = Some(Instant::now());
-        self.credited.fetch_add(delta_bytes, Ordering::Relaxed);
-    }
-
-    /// Events are waiting and the client has taken none of them for `budget`.
-    pub(super) fn stalled(&self, budget: Duration) -> bool {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 > 0 && s.1.is_some_and(|t| t.elapsed() >= budget)
-    }
-}
-
-fn delta_len(event: &api::ShellStreamEvent) -> u64 {
-    match &event.event {
-        Some(api::shell_stream_event::Event::Delta(d)) => d.data.len() as u64,
-        _ => 0,
-    }
-}
-
-type StreamItem = Result<api::ShellStreamEvent, Status>;
-
-/// The response stream of ShellStream. Credit goes back to the worker only when the transport
-/// takes an event, so the daemon holds at most the worker's window of a call's output however
-/// slowly the client reads; a stall past the budget ends the stream with the pump's status.
-/// (Download streams its chunks the same way.)
-pub(super) struct CallStream<T> {
-    pub(super) rx: mpsc::UnboundedReceiver<Result<T, Status>>,
-    pub(super) abort: Option<oneshot::Receiver<Status>>,
-    pub(super) credits: Credits,
-    pub(super) progress: Arc<Progress>,
-    pub(super) ended: bool,
-    /// The bytes of an item that count against the worker's flow-control window.
-    pub(super) window_len: fn(&T) -> u64,
-}
-
-impl<T> tokio_stream::Stream for CallStream<T> {
-    type Item = Result<T, Status>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        // An abort jumps the queue: the events still waiting belong to a cancelled call.
-        if let Some(abort) = &mut this.abort {
-            match Pin::new(abort).poll(cx) {
-                Poll::Ready(Ok(status)) => {
-                    this.ended = true;
-                    return Poll::Ready(Some(Err(status)));
-                }
-                Poll::Ready(Err(_)) => this.abort = None,
-                Poll::Pending => {}
-            }
-        }
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(item)) => {
-                let bytes = item.as_ref().map(this.window_len).unwrap_or(0);
-                this.progress.pulled(bytes);
-                if bytes > 0 {
-                    this.credits.grant(bytes);
-                }
-                Poll::Ready(Some(item))
-            }
-            other => other,
+    fn window_len(&self) -> u64 {
+        match &self.event {
+            Some(api::shell_stream_event::Event::Delta(d)) => d.data.len() as u64,
+            _ => 0,
         }
     }
-}
 
-/// Moves one streamed call's frames from its worker to its [`CallStream`], watches for the
-/// session closing, the worker dying, the client leaving or stalling, and finishes the call
-/// (metrics, one audit line with the bytes streamed) however it ends.
-struct Pump {
-    service: CorralService,
-    trace: Trace,
-    admitted: Admitted,
-    handle: CallHandle,
-    /// The first frame, already read while checking the worker was not stale (`None` when the
-    /// worker went away before sending one).
-    first: Option<WorkerReply>,
-    replies: mpsc::UnboundedReceiver<WorkerReply>,
-    tx: mpsc::UnboundedSender<StreamItem>,
-    abort: Option<oneshot::Sender<Status>>,
-    progress: Arc<Progress>,
-}
-
-impl Pump {
-    async fn run(mut self) {
-        let outcome = self.forward().await;
-        // Unless the call ended, dropping the handle cancels it: the worker kills its tree.
-        drop(self.handle);
-        drop(self.admitted);
-        self.service.finish(self.trace, &outcome);
-    }
-
-    fn abort(&mut self, status: Status) -> Outcome {
-        let outcome = Outcome::code(status.code());
-        if let Some(tx) = self.abort.take() {
-            let _ = tx.send(status);
-        }
-        outcome
-    }
-
-    async fn forward(&mut self) -> Outcome {
-        let budget = self.service.stream_stall_timeout;
-        let mut tick = tokio::time::interval(
-            (budget / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)),
-        );
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let closed = self.admitted.session.closed.clone();
-        let mut received: u64 = 0;
-        let mut bytes_out: usize = 0;
-        // The first frame was read already (a `None` there is a worker that died).
-        let mut first = Some(self.first.take());
-        loop {
-            let frame = if let Some(frame) = first.take() {
-                frame
-            } else {
-                tokio::select! {
-                frame = self.replies.recv() => frame,
-                _ = closed.cancelled() => {
-                    let s = status::session_closed();
-                    let outcome = Outcome::code(s.code());
-                    let _ = self.tx.send(Err(s));
-                    return outcome;
-                }
-                // The client went away.
-                _ = self.tx.closed() => return Outcome::code(Code::Cancelled),
-                _ = tick.tick() => {
-                    if self.progress.stalled(budget) {
-                        tracing::info!(session = %self.trace.session_id, "stream client stalled; cancelling its command");
-                        return self.abort(status::stream_stalled(budget));
-                    }
-                    // The worker honours its window; a daemon never trusts that with memory.
-                    let credited = self.progress.credited.load(Ordering::Relaxed);
-                    let unacked = received.saturating_sub(credited);
-                    if unacked > 2 * crate::worker::serve::STREAM_WINDOW_BYTES {
-                        return self.abort(status::window_exceeded(unacked));
-                    }
-                    continue;
-                }
-                }
-            };
-            let Some(frame) = frame else {
-                self.handle.done();
-                let s = status::worker_died();
-                let outcome = Outcome::code(s.code());
-                let _ = self.tx.send(Err(s));
-                return outcome;
-            };
-            let mut end = None;
-            let item = match frame.result {
-                Some(Reply::ShellEvent(mut ev)) => {
-                    match &mut ev.event {
-                        Some(api::shell_stream_event::Event::End(resp)) => {
-                            resp.escalated = self.admitted.escalated;
-                            bytes_out += resp.encoded_len();
-                            end = Some(Outcome::of(&Ok(Reply::Shell(resp.clone()))));
-                        }
-                        Some(api::shell_stream_event::Event::Delta(d)) => {
-                            received += d.data.len() as u64;
-                            bytes_out += d.data.len();
-                        }
-                        _ => {}
-                    }
-                    Ok(ev)
-                }
-                Some(Reply::Failure(f)) => Err(status::tool_failure(f)),
-                other => Err(status::unexpected_reply(other)),
-            };
-            let outcome = match &item {
-                Err(s) => Some(Outcome::code(s.code())),
-                Ok(_) => end,
-            };
-            if frame.last {
-                self.handle.done();
-            }
-            self.progress.pushed();
-            if self.tx.send(item).is_err() {
-                return Outcome::code(Code::Cancelled);
-            }
-            if frame.last {
-                let mut outcome = outcome.unwrap_or_else(|| Outcome::code(Code::Internal));
-                outcome.bytes_out = bytes_out;
-                return outcome;
-            }
+    fn audit_len(&self) -> usize {
+        match &self.event {
+            Some(api::shell_stream_event::Event::Delta(d)) => d.data.len(),
+            Some(api::shell_stream_event::Event::End(resp)) => resp.encoded_len(),
+            _ => 0,
         }
     }
 }
