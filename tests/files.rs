@@ -565,10 +565,25 @@ async fn a_size_mismatch_changes_nothing() {
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("1 MiB"), "{e:?}");
     assert!(!ws.path().join("g").exists());
-    // The daemon answers its own refusal at once; the worker removes what it staged just after.
+    // The daemon answers its own refusal only once the worker has removed what it staged,
+    // here a tree of 3000 files whose removal takes the worker a while.
     assert!(
-        eventually(Duration::from_secs(10), || staging_in(ws.path()).is_empty()).await,
-        "no staging left"
+        staging_in(ws.path()).is_empty(),
+        "staging left when the refusal came"
+    );
+    let mut msgs = vec![
+        start(&s, "tree", false),
+        entry("", EntryKind::Directory, None, 0),
+    ];
+    msgs.extend((0..3000).map(|i| entry(&format!("f{i}"), EntryKind::File, None, 0)));
+    msgs.push(data(&vec![0u8; (1 << 20) + 1]));
+    let e = refused(&d, msgs).await;
+    assert!(e.message().contains("1 MiB"), "{e:?}");
+    assert!(!ws.path().join("tree").exists());
+    assert!(
+        staging_in(ws.path()).is_empty(),
+        "staging left when the refusal came: {:?}",
+        staging_in(ws.path())
     );
 }
 

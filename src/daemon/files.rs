@@ -13,7 +13,9 @@
 use crate::api::{self, files_server::Files, upload_request::Item as Upload};
 use crate::daemon::audit::Outcome;
 use crate::daemon::executor::context_of;
+use crate::daemon::pool::{CallHandle, Worker};
 use crate::daemon::service::{Admitted, CorralService, Refusal, Trace};
+use crate::daemon::sessions::Session;
 use crate::daemon::status;
 use crate::daemon::stream_pump::{CallStream, Streamed, stream_call};
 use crate::tools::transfer::MAX_DATA_CHUNK;
@@ -25,7 +27,9 @@ use crate::wire::{
 };
 use prost::Message;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 fn files_call(op: Op) -> Call {
@@ -130,6 +134,17 @@ async fn next_message(
     }
 }
 
+/// How long a refused upload waits for the worker to remove its staging before answering
+/// anyway (the worker's clean-up is a few unlinks; this bounds a worker that hangs).
+const UPLOAD_CLEANUP_WAIT: Duration = Duration::from_secs(5);
+
+/// An upload running in its worker.
+struct StartedUpload {
+    worker: Arc<Worker>,
+    handle: CallHandle,
+    replies: mpsc::UnboundedReceiver<WorkerReply>,
+}
+
 impl CorralService {
     /// The whole upload: its start through the pipeline, its pieces to the worker, the audit
     /// line however it ends.
@@ -186,7 +201,7 @@ impl CorralService {
         trace: &mut Trace,
     ) -> Result<api::UploadResponse, Status> {
         let session = &admitted.session;
-        let (worker, mut handle, mut replies, first_credit) = 'started: {
+        let (worker, handle, replies, first_credit) = 'started: {
             for attempt in 0..2 {
                 let seen = session.current_policy();
                 let worker = self.executor.worker_for(session, false).await?;
@@ -228,6 +243,51 @@ impl CorralService {
             }
             return Err(status::protection_unsettled("no worker matched"));
         };
+        let mut started = StartedUpload {
+            worker,
+            handle,
+            replies,
+        };
+        let fed = self
+            .forward_upload(session, &mut started, first_credit, incoming, trace)
+            .await;
+        let StartedUpload {
+            mut handle,
+            mut replies,
+            ..
+        } = started;
+        if fed.is_err() && !handle.is_done() {
+            // A refusal the daemon made itself, a client gone or stalled: the worker removes
+            // its staging when the call is cancelled and answers after that. The client hears
+            // the refusal once nothing of the upload is left on disk.
+            handle.cancel();
+            let cleaned = async {
+                while let Some(frame) = replies.recv().await {
+                    if frame.last {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(UPLOAD_CLEANUP_WAIT, cleaned).await;
+        }
+        fed
+    }
+
+    /// Forwards the client's messages to the worker while credit lasts, until the worker's
+    /// answer or a refusal.
+    async fn forward_upload(
+        &self,
+        session: &Session,
+        started: &mut StartedUpload,
+        first_credit: u64,
+        incoming: &mut Streaming<api::UploadRequest>,
+        trace: &mut Trace,
+    ) -> Result<api::UploadResponse, Status> {
+        let StartedUpload {
+            worker,
+            handle,
+            replies,
+        } = started;
         let budget = self.stream_stall_timeout;
         let call_id = handle.id();
         // Piece bytes the worker will still take; the next message is read only while positive,

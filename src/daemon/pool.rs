@@ -414,6 +414,30 @@ impl CallHandle {
         self.finished = true;
     }
 
+    /// Whether the call's final frame has been seen (or it was cancelled).
+    pub fn is_done(&self) -> bool {
+        self.finished
+    }
+
+    /// Cancels the call now, keeping its replies flowing: the worker still answers a cancelled
+    /// call with a final frame, after its own clean-up.
+    pub fn cancel(&mut self) {
+        if !self.finished {
+            self.send_cancel();
+            self.finished = true;
+        }
+    }
+
+    fn send_cancel(&self) {
+        let cancel = WorkerRequest {
+            id: 0,
+            context: None,
+            call: Some(Call::Cancel(self.id)),
+            stream: false,
+        };
+        let _ = self.control.send(frame::encode(&cancel));
+    }
+
     /// Something that returns flow-control credit to this call's worker.
     pub fn credits(&self) -> Credits {
         Credits {
@@ -426,13 +450,7 @@ impl CallHandle {
 impl Drop for CallHandle {
     fn drop(&mut self) {
         if !self.finished {
-            let cancel = WorkerRequest {
-                id: 0,
-                context: None,
-                call: Some(Call::Cancel(self.id)),
-                stream: false,
-            };
-            let _ = self.control.send(frame::encode(&cancel));
+            self.send_cancel();
         }
     }
 }
