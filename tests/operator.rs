@@ -371,3 +371,57 @@ async fn health_listen_serves_the_health_service_alone_over_plain_tcp() {
         (Some(0), "SERVING")
     );
 }
+
+/// A worker's own stderr is relayed into the daemon's log in its format, bounded in rate. A
+/// danger-full-access command can write to its worker's stderr (nothing confines it), which
+/// makes the worker "say" lines here; a confined command cannot reach it at all.
+#[tokio::test]
+async fn a_workers_stderr_becomes_json_log_lines_at_a_bounded_rate() {
+    let work = scratch();
+    let mut d = Daemon::start(&["--log-format", "json", "--root-callers", "trusted"]).await;
+    let say = |tag: &str| {
+        format!(
+            "for i in $(seq 1 500); do echo \"{tag}-$i\"; done > /proc/$PPID/fd/2 && echo wrote"
+        )
+    };
+    let confined = d.open(work.path(), api::SandboxMode::WorkspaceWrite).await;
+    let r = d.sh(&confined, &say("confined-says")).await;
+    assert!(!r.output.contains("wrote"), "{}", r.output);
+    let open = d
+        .open(work.path(), api::SandboxMode::DangerFullAccess)
+        .await;
+    let r = d.sh(&open, &say("worker-says")).await;
+    assert!(r.output.contains("wrote"), "{}", r.output);
+    assert!(d.terminate().success());
+    let log = d.log_text();
+    let mut relayed = Vec::new();
+    for l in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(l)
+            .ok()
+            .filter(|v: &serde_json::Value| v.is_object())
+            .unwrap_or_else(|| panic!("not a JSON object: {l:?}\nin:\n{log}"));
+        let message = v["fields"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(!message.contains("confined-says"), "{l}");
+        if message.contains("worker-says") || message.contains("dropped") {
+            assert!(v["fields"]["worker"].as_u64().is_some(), "{l}");
+            relayed.push(message);
+        }
+    }
+    assert!(
+        relayed.iter().any(|m| m.starts_with("worker-says-1")),
+        "{relayed:?}\n{log}"
+    );
+    // 500 lines at once: the burst, and a count of the rest.
+    assert!(
+        (50..=60).contains(&relayed.len()),
+        "{} lines relayed: {relayed:?}",
+        relayed.len()
+    );
+    assert!(
+        relayed.iter().any(|m| m.contains("lines dropped")),
+        "{relayed:?}"
+    );
+}

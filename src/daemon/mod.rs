@@ -26,3 +26,4 @@ pub mod socket;
 pub mod startup;
 pub mod status;
 mod stream_pump;
+mod worker_log;

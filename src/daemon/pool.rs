@@ -82,7 +82,8 @@ impl Worker {
             .env_clear()
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
+            // Relayed into the daemon's log (its format, bounded): see worker_log.
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         // SAFETY: between fork and exec we only call dup2/fcntl and the cgroup join (open,
         // write, close of a path built before the fork), all async-signal-safe.
@@ -108,6 +109,9 @@ impl Worker {
             .spawn()
             .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
         drop(theirs);
+        if let Some(stderr) = child.stderr.take() {
+            crate::daemon::worker_log::relay(stderr, child.id());
+        }
         let hangup = ours
             .try_clone()
             .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
