@@ -9,8 +9,9 @@
 //!   one sandbox worker. At each N: `OpenSession` (each followed by an untimed `CloseSession`, so N
 //!   stays put) and `ReadFile` on a random open session, p50/p99; daemon RSS, worker RSS, daemon
 //!   fds.
-//! - `workers`: N = 1 … 1 000 distinct policies (workspace-write, one cwd each, so each session
-//!   gets its own worker). At each N: `ReadFile` on a random existing worker, and the `OpenSession`
+//! - `workers`: N = 1 … 1 000 distinct policies (read-only, one cwd each, so each session gets its
+//!   own worker; `--writable`: workspace-write, whose workers each hold an inotify instance and so
+//!   meet fs.inotify.max_user_instances). At each N: `ReadFile` on a random existing worker, and the `OpenSession`
 //!   that starts one more worker (the last up to 20 opens before N), p50/p99; daemon RSS, the sum of
 //!   PSS and of RSS of everything below the daemon, fds. Stops early, saying so, if the memory the
 //!   next step would take (measured per worker so far) exceeds `--max-memory` (default 8 GiB, at
@@ -28,7 +29,7 @@
 //!
 //! Flags (after the curve): `--points 1,10,100` (the x values), `--samples 300` (calls per point
 //! for sessions/workers), `--runs 5` (grep and output runs per point), `--keep-tree`,
-//! `--max-memory 8` (GiB). Environment: `CORRAL_BIN`, `CORRAL_RG` (ripgrep for `grep`).
+//! `--max-memory 8` (GiB), `--writable` (workers curve in workspace-write). Environment: `CORRAL_BIN`, `CORRAL_RG` (ripgrep for `grep`).
 
 mod support;
 
@@ -184,6 +185,15 @@ impl Conn {
             .session_id
     }
 
+    async fn try_open(&mut self, req: api::OpenSessionRequest) -> Result<String, tonic::Status> {
+        Ok(self
+            .sessions
+            .open_session(req)
+            .await?
+            .into_inner()
+            .session_id)
+    }
+
     async fn close(&mut self, id: String) {
         self.sessions
             .close_session(api::CloseSessionRequest { session_id: id })
@@ -216,13 +226,19 @@ const FILE_LINES: usize = 40;
 fn write_small_file(path: &Path) {
     let mut text = String::new();
     for l in 0..FILE_LINES {
-        let _ = writeln!(text, "line {l}: the quick brown fox jumps over the lazy dog");
+        let _ = writeln!(
+            text,
+            "line {l}: the quick brown fox jumps over the lazy dog"
+        );
     }
     std::fs::write(path, text).expect("write file");
 }
 
 async fn sessions(args: &Args) {
-    let points = args.points.clone().unwrap_or(vec![1, 10, 100, 1000, 10_000]);
+    let points = args
+        .points
+        .clone()
+        .unwrap_or(vec![1, 10, 100, 1000, 10_000]);
     let daemon = Daemon::start_with_config(Some(CONFIG))
         .await
         .unwrap_or_else(|e| fail(&e));
@@ -348,8 +364,21 @@ async fn workers(args: &Args) {
     let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let mut c = Conn::new(&daemon).await;
     let bound = args.max_memory.min(mem_available() / 2);
+    // Read-only by default: a workspace-write worker holds an inotify instance (the protected-name
+    // guard), charged to the uid, and fs.inotify.max_user_instances (128 by default) would end
+    // the curve near 128 workers; `--writable` measures that case.
+    let mode = if args.writable {
+        SandboxMode::WorkspaceWrite
+    } else {
+        SandboxMode::ReadOnly
+    };
     println!(
-        "growth workers: points {points:?}, {} calls per point, memory bound {:.1} GiB, load average {}",
+        "growth workers: points {points:?}, {} sessions, {} calls per point, memory bound {:.1} GiB, load average {}",
+        if args.writable {
+            "workspace-write"
+        } else {
+            "read-only"
+        },
         args.samples,
         bound as f64 / (1u64 << 30) as f64,
         load_average()
@@ -373,16 +402,19 @@ async fn workers(args: &Args) {
     let mut ids: Vec<String> = Vec::new();
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut notes = Vec::new();
+    let mut stopped = None;
     for &n in &points {
         // Memory guard: what the step to n would add, at the highest per-worker figure so far.
+        // PSS, not RSS: the workers share the corral binary's and the libraries' pages, which a
+        // sum of RSS counts once per worker (the smoke run: 12.7 MiB RSS, 2.1 MiB PSS each).
         if let Some(last) = t.rows.last() {
-            let per_worker_rss = last[7] / last[0] * 1024.0 * 1024.0;
-            let projected = per_worker_rss * n as f64;
-            if projected > bound as f64 {
+            let per_worker = last[6] / last[0] * 1024.0 * 1024.0;
+            let projected = per_worker * n as f64;
+            if projected > bound.min(mem_available() / 2) as f64 {
                 let msg = format!(
-                    "stopped before {n} workers: {:.2} MiB RSS per worker at {} would make {:.1} GiB, \
+                    "stopped before {n} workers: {:.2} MiB PSS per worker at {} would make {:.1} GiB, \
                      over the bound of {:.1} GiB (--max-memory, at most half of MemAvailable)",
-                    per_worker_rss / 1048576.0,
+                    per_worker / 1048576.0,
                     last[0],
                     projected / (1u64 << 30) as f64,
                     bound as f64 / (1u64 << 30) as f64
@@ -398,13 +430,29 @@ async fn workers(args: &Args) {
             let cwd = root.path().join(format!("w{}", ids.len()));
             std::fs::create_dir(&cwd).expect("worker dir");
             write_small_file(&cwd.join("f.txt"));
-            let req = support::session_request(&cwd, SandboxMode::WorkspaceWrite);
+            let req = support::session_request(&cwd, mode);
             let s = Instant::now();
-            let id = c.open(&daemon, req).await;
+            let id = match c.try_open(req).await {
+                Ok(id) => id,
+                Err(e) => {
+                    stopped = Some(format!(
+                        "OpenSession #{} failed, curve stopped at {} workers: {}",
+                        ids.len() + 1,
+                        ids.len(),
+                        e.message()
+                    ));
+                    break;
+                }
+            };
             if ids.len() >= first_timed {
                 open.push(s.elapsed());
             }
             ids.push(id);
+        }
+        if let Some(msg) = stopped.take() {
+            println!("{msg}");
+            notes.push(msg);
+            break;
         }
         // A first call on every new worker (maps its code paths) before the timed ones.
         let mut read = Vec::new();
@@ -421,7 +469,10 @@ async fn workers(args: &Args) {
         let pss: u64 = below.iter().map(|p| pss_bytes(*p)).sum();
         let rss: u64 = below.iter().map(|p| rss_bytes(*p)).sum();
         if s.workers != n {
-            fail(&format!("{n} sessions of distinct policies but {} workers", s.workers));
+            fail(&format!(
+                "{n} sessions of distinct policies but {} workers",
+                s.workers
+            ));
         }
         t.push(vec![
             n as f64,
@@ -509,7 +560,9 @@ fn subtree(n: usize) -> PathBuf {
         10_000 => root.join("a0/b0"),
         100_000 => root.join("a0"),
         1_000_000 => root,
-        _ => fail(&format!("grep points are 1000, 10000, 100000 or 1000000, not {n}")),
+        _ => fail(&format!(
+            "grep points are 1000, 10000, 100000 or 1000000, not {n}"
+        )),
     }
 }
 
@@ -588,7 +641,13 @@ fn rg_count(rg: &Path, dir: &Path) -> (Duration, usize) {
         .output()
         .unwrap_or_else(|e| fail(&format!("rg: {e}")));
     let d = t.elapsed();
-    (d, out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count())
+    (
+        d,
+        out.stdout
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count(),
+    )
 }
 
 async fn grep(args: &Args) {
@@ -633,7 +692,13 @@ async fn grep(args: &Args) {
         let mut corral = Vec::new();
         let mut rgt = Vec::new();
         let sampler = PeakSampler::start(pid, Duration::from_millis(20));
-        for run in 0..=args.runs {
+        // The 1M-file tree takes seconds per search: fewer runs there.
+        let runs = if n >= 1_000_000 {
+            args.runs.min(3)
+        } else {
+            args.runs
+        };
+        for run in 0..=runs {
             // Alternate which goes first so drift in load hits both alike.
             for k in 0..2 {
                 if (run + k) % 2 == 0 {
@@ -698,11 +763,7 @@ async fn grep(args: &Args) {
                     t.series("rg -l", "rg_p50_ms"),
                 ],
             ),
-            Panel::new(
-                "GrepFiles / rg -l",
-                false,
-                vec![t.series("ratio", "ratio")],
-            ),
+            Panel::new("GrepFiles / rg -l", false, vec![t.series("ratio", "ratio")]),
             Panel::new(
                 "peak RSS (MiB)",
                 false,
@@ -752,7 +813,9 @@ fn bare(size: u64) -> Duration {
     child.wait().expect("wait sh");
     let d = t.elapsed();
     if total != size {
-        fail(&format!("bare pipeline gave {total} bytes, expected {size}"));
+        fail(&format!(
+            "bare pipeline gave {total} bytes, expected {size}"
+        ));
     }
     d
 }
@@ -817,10 +880,12 @@ async fn streamed(c: &mut Conn, session: &str, size: u64) -> Duration {
 }
 
 async fn output(args: &Args) {
-    let points: Vec<u64> = args.points.clone().map_or(
-        (3..=9).map(|e| 10u64.pow(e)).collect(),
-        |p| p.into_iter().map(|v| v as u64).collect(),
-    );
+    let points: Vec<u64> = args
+        .points
+        .clone()
+        .map_or((3..=9).map(|e| 10u64.pow(e)).collect(), |p| {
+            p.into_iter().map(|v| v as u64).collect()
+        });
     let daemon = Daemon::start_with_config(Some(CONFIG))
         .await
         .unwrap_or_else(|e| fail(&e));
@@ -845,13 +910,21 @@ async fn output(args: &Args) {
             ("bare pipeline p50 ms", "bare_p50_ms", 2),
             ("Shell p50 ms", "shell_p50_ms", 2),
             ("ShellStream p50 ms", "stream_p50_ms", 2),
-            ("bare MB/s", "bare_mb_s", 0),
-            ("Shell MB/s", "shell_mb_s", 0),
-            ("ShellStream MB/s", "stream_mb_s", 0),
+            ("bare MB/s", "bare_mb_s", 1),
+            ("Shell MB/s", "shell_mb_s", 1),
+            ("ShellStream MB/s", "stream_mb_s", 1),
             ("Shell: daemon peak RSS MiB", "shell_daemon_rss_mib", 1),
             ("Shell: worker peak RSS MiB", "shell_worker_rss_mib", 1),
-            ("ShellStream: daemon peak RSS MiB", "stream_daemon_rss_mib", 1),
-            ("ShellStream: worker peak RSS MiB", "stream_worker_rss_mib", 1),
+            (
+                "ShellStream: daemon peak RSS MiB",
+                "stream_daemon_rss_mib",
+                1,
+            ),
+            (
+                "ShellStream: worker peak RSS MiB",
+                "stream_worker_rss_mib",
+                1,
+            ),
         ],
     );
     for &size in &points {
@@ -862,7 +935,13 @@ async fn output(args: &Args) {
         // which is small and the same for every size.
         let mut typed_peak = support::procfs::Sample::default();
         let mut stream_peak = support::procfs::Sample::default();
-        for run in 0..=args.runs {
+        // From 100 MB on a call takes seconds and a warm-up adds nothing: one run, no warm-up.
+        let (first, runs) = if size >= 100_000_000 {
+            (1, 1)
+        } else {
+            (0, args.runs)
+        };
+        for run in first..=runs {
             let d = bare(size);
             if run > 0 {
                 b.push(d);
@@ -946,6 +1025,7 @@ struct Args {
     runs: usize,
     keep_tree: bool,
     max_memory: u64,
+    writable: bool,
 }
 
 fn args() -> Args {
@@ -956,9 +1036,10 @@ fn args() -> Args {
         runs: 5,
         keep_tree: false,
         max_memory: 8 << 30,
+        writable: false,
     };
     let usage = "usage: growth sessions|workers|grep|output|all [--points 1,10,100] [--samples 300] \
-                 [--runs 5] [--keep-tree] [--max-memory 8]";
+                 [--runs 5] [--keep-tree] [--max-memory 8] [--writable]";
     let mut it = std::env::args().skip(1);
     let number = |v: Option<String>, name: &str| -> usize {
         v.and_then(|v| v.parse().ok())
@@ -989,6 +1070,7 @@ fn args() -> Args {
             "--runs" => a.runs = number(it.next(), "--runs").max(1),
             "--max-memory" => a.max_memory = (number(it.next(), "--max-memory") as u64) << 30,
             "--keep-tree" => a.keep_tree = true,
+            "--writable" => a.writable = true,
             // cargo bench passes --bench to harness = false binaries.
             "--bench" => {}
             other => fail(&format!("unknown argument {other:?}; {usage}")),

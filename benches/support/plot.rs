@@ -100,7 +100,10 @@ impl Axis {
 
     fn ticks(&self) -> Vec<f64> {
         if self.log {
-            let (l, h) = (self.lo.log10().round() as i32, self.hi.log10().round() as i32);
+            let (l, h) = (
+                self.lo.log10().round() as i32,
+                self.hi.log10().round() as i32,
+            );
             (l..=h).map(|e| 10f64.powi(e)).collect()
         } else {
             (0..=4)
@@ -130,9 +133,7 @@ pub fn label(v: f64) -> String {
         _ => (1.0, ""),
     };
     let x = v / d;
-    let text = if x == x.round() {
-        format!("{x:.0}")
-    } else if x.abs() >= 10.0 {
+    let text = if x == x.round() || x.abs() >= 10.0 {
         format!("{x:.0}")
     } else if x.abs() >= 0.1 {
         format!("{x:.1}")
