@@ -22,46 +22,11 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-use support::{Daemon, env_usize, fail, load_average, median, ms};
+use support::{Daemon, env_usize, fail, load_average, median, ms, ripgrep};
 use tonic::transport::Channel;
 
 const LIMIT: u64 = 2000;
 const PATTERNS: [(&str, &str); 2] = [("literal", "deprecated"), ("regex", r"[A-Z][a-z]+Error\b")];
-
-/// ripgrep from `$CORRAL_RG` or PATH, version >= 14 (13's `--sortr=modified` is not a global
-/// sort). Returns the binary and its version line.
-fn ripgrep() -> (PathBuf, String) {
-    let rg = std::env::var_os("CORRAL_RG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("rg"));
-    let out = Command::new(&rg)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| {
-            fail(&format!(
-                "cannot run ripgrep ({}): {e}; put ripgrep >= 14 on PATH or set CORRAL_RG \
-             (`cargo install --locked ripgrep --root DIR`)",
-                rg.display()
-            ))
-        });
-    let line = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    let major: u32 = line
-        .strip_prefix("ripgrep ")
-        .and_then(|v| v.split('.').next())
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0);
-    if major < 14 {
-        fail(&format!(
-            "{} is `{line}`; ripgrep >= 14 is required (set CORRAL_RG)",
-            rg.display()
-        ));
-    }
-    (rg, line)
-}
 
 #[derive(Clone, Copy)]
 enum Cmd {

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use support::procfs::{Sample, clock_ticks, mib, sample, self_cpu_ticks};
 use support::{Daemon, fail, load_average, ms, pct};
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
@@ -338,107 +339,6 @@ fn make_tree(root: &Path, files: usize, clients: usize) {
     }
 }
 
-/// /proc figures for the daemon and everything below it.
-#[derive(Clone, Copy, Default, Debug)]
-struct Sample {
-    daemon_rss: u64,
-    workers_rss: u64,
-    workers: usize,
-    /// Descendant processes (workers, their commands, helpers).
-    processes: usize,
-    threads: u64,
-    daemon_fds: usize,
-    workers_fds: usize,
-    /// utime + stime + cutime + cstime of the daemon and its descendants, in clock ticks.
-    cpu_ticks: u64,
-    /// The daemon's own share of `cpu_ticks` (utime + stime).
-    daemon_ticks: u64,
-}
-
-fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may hold spaces: fields start after the last ')'.
-    let rest = &s[s.rfind(')')? + 1..];
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-fn rss_bytes(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
-}
-
-fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-fn sample(daemon: i32) -> Sample {
-    // Parent of every process, to find the daemon's descendants.
-    let mut parent: Vec<(i32, i32, Vec<String>)> = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Some(f) = stat_fields(pid) {
-            let ppid = f.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-            parent.push((pid, ppid, f));
-        }
-    }
-    let mut tree = vec![daemon];
-    let mut i = 0;
-    while i < tree.len() {
-        let p = tree[i];
-        tree.extend(
-            parent
-                .iter()
-                .filter(|(_, pp, _)| *pp == p)
-                .map(|(c, _, _)| *c),
-        );
-        i += 1;
-    }
-    let num = |f: &Vec<String>, i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    let mut s = Sample::default();
-    for (pid, _, f) in parent.iter().filter(|(p, _, _)| tree.contains(p)) {
-        // Fields after the name: state is index 0, so field k (1-based, proc(5)) is k - 3.
-        s.cpu_ticks += num(f, 11) + num(f, 12) + num(f, 13) + num(f, 14);
-        s.threads += num(f, 17);
-        if *pid == daemon {
-            s.daemon_ticks = num(f, 11) + num(f, 12);
-            s.daemon_rss = rss_bytes(*pid);
-            s.daemon_fds = fd_count(*pid);
-        } else {
-            s.processes += 1;
-            let rss = rss_bytes(*pid);
-            s.workers_rss += rss;
-            s.workers_fds += fd_count(*pid);
-            // Workers are the daemon's direct children (commands are below them).
-            if parent.iter().any(|(c, pp, _)| c == pid && *pp == daemon) {
-                s.workers += 1;
-            }
-        }
-    }
-    s
-}
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
-}
-
-fn self_cpu_ticks() -> u64 {
-    stat_fields(std::process::id() as i32).map_or(0, |f| {
-        f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-    })
-}
-
 /// Runs `clients` for `duration` on `workload`; `on_tick` is called every `tick` with the calls
 /// and errors so far (for the soak's samples).
 async fn run(
@@ -628,10 +528,6 @@ async fn open_clients(daemon: &Daemon, root: &Path, n: usize, files: usize) -> V
         });
     }
     clients
-}
-
-fn mib(b: u64) -> f64 {
-    b as f64 / (1024.0 * 1024.0)
 }
 
 struct PhaseResult {

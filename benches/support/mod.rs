@@ -4,6 +4,9 @@
 // Every bench uses only some of these.
 #![allow(dead_code)]
 
+pub mod plot;
+pub mod procfs;
+
 use corral::api::{self, sessions_client::SessionsClient};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -191,4 +194,39 @@ pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// ripgrep from `$CORRAL_RG` or PATH, version >= 14 (13's `--sortr=modified` is not a global
+/// sort). Returns the binary and its version line.
+pub fn ripgrep() -> (PathBuf, String) {
+    let rg = std::env::var_os("CORRAL_RG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("rg"));
+    let out = Command::new(&rg)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "cannot run ripgrep ({}): {e}; put ripgrep >= 14 on PATH or set CORRAL_RG \
+             (`cargo install --locked ripgrep --root DIR`)",
+                rg.display()
+            ))
+        });
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let major: u32 = line
+        .strip_prefix("ripgrep ")
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 14 {
+        fail(&format!(
+            "{} is `{line}`; ripgrep >= 14 is required (set CORRAL_RG)",
+            rg.display()
+        ));
+    }
+    (rg, line)
 }
