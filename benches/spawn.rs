@@ -24,9 +24,7 @@
 
 mod support;
 
-use corral::api::{
-    self, SandboxMode, sessions_client::SessionsClient, tools_client::ToolsClient,
-};
+use corral::api::{self, SandboxMode, sessions_client::SessionsClient, tools_client::ToolsClient};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;

@@ -132,7 +132,13 @@ pub fn run(
     let start = Instant::now();
     let (child, mut tree) = ProcessTree::spawn_with(|| {
         let child = spawn::spawn(&req.argv, &req.env, &req.cwd)?;
-        let (pid, fds) = (child.pid, [Some(child.stdout.as_raw_fd()), Some(child.stderr.as_raw_fd())]);
+        let (pid, fds) = (
+            child.pid,
+            [
+                Some(child.stdout.as_raw_fd()),
+                Some(child.stderr.as_raw_fd()),
+            ],
+        );
         Ok((child, pid, fds))
     })
     .map_err(|e| spawn_error(&e, program))?;

@@ -44,7 +44,10 @@ pub(crate) struct Spawned {
 }
 
 fn nul_error() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data")
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "nul byte found in provided data",
+    )
 }
 
 fn cstring(bytes: &[u8]) -> io::Result<CString> {
@@ -76,7 +79,9 @@ impl Attr {
             // glibc's sigfillset leaves out the two signals it uses internally (32 and 33), and
             // its spawn child then sets those to SIG_IGN, which survives exec. Signals 1-64 are
             // the first 64 bits of the set (bit n-1 for signal n): set them all by hand.
-            (&mut all as *mut libc::sigset_t).cast::<u64>().write(u64::MAX);
+            (&mut all as *mut libc::sigset_t)
+                .cast::<u64>()
+                .write(u64::MAX);
             libc::sigemptyset(&mut none);
             check(libc::posix_spawnattr_setsigdefault(&mut this.0, &all))?;
             check(libc::posix_spawnattr_setsigmask(&mut this.0, &none))?;
@@ -132,7 +137,10 @@ impl Actions {
                 &mut this.0,
                 cwd.as_ptr(),
             ))?;
-            check(libc::posix_spawn_file_actions_addclosefrom_np(&mut this.0, 3))?;
+            check(libc::posix_spawn_file_actions_addclosefrom_np(
+                &mut this.0,
+                3,
+            ))?;
             Ok(this)
         }
     }
@@ -332,9 +340,6 @@ mod tests {
         let block = envp(&env).unwrap();
         assert_eq!(block, vec![c"A=2".to_owned(), c"B=3".to_owned()]);
         let bad = vec![("X".to_string(), "a\0b".to_string())];
-        assert_eq!(
-            envp(&bad).unwrap_err().kind(),
-            io::ErrorKind::InvalidInput
-        );
+        assert_eq!(envp(&bad).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 }
