@@ -12,13 +12,19 @@
 //!   protected-name watcher nothing to guard (its only writable root already has `.git`, `.codex`
 //!   and `.agents`; `/tmp` excluded), a gRPC health check (daemon round trip only) and a
 //!   `ReadFile` of a one-line file (round trip through the daemon and the worker, no spawn).
+//! - `OpenSession` + the first `Shell { command: ["true"] }` of a new session (a fresh directory
+//!   each time, so the session needs a worker of its own; the session is closed afterwards,
+//!   untimed), in read-only and workspace-write mode. In the round-robin the previous open of
+//!   this kind was a whole round earlier; the "back to back" variant times the second of two
+//!   opens made one right after the other, so any worker the daemon prepares ahead has had no
+//!   time to get ready.
 //!
 //! Environment: `CORRAL_BENCH_N` (measured iterations, default 300), `CORRAL_BENCH_WARMUP`
 //! (default 30), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench).
 
 mod support;
 
-use corral::api::{self, SandboxMode, tools_client::ToolsClient};
+use corral::api::{self, SandboxMode, sessions_client::SessionsClient, tools_client::ToolsClient};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
@@ -42,6 +48,9 @@ enum Variant {
     BareSh,
     Health,
     ReadFile,
+    OpenFirstReadOnly,
+    OpenFirstWorkspaceWrite,
+    OpenFirstBackToBack,
 }
 
 impl Variant {
@@ -57,12 +66,20 @@ impl Variant {
             Variant::BareSh => "(d) bare /bin/sh -c true",
             Variant::Health => "(ctx) gRPC health Check (no worker)",
             Variant::ReadFile => "(ctx) ReadFile 1 line (daemon + worker, no spawn)",
+            Variant::OpenFirstReadOnly => "(e) OpenSession + first Shell `true`, read-only",
+            Variant::OpenFirstWorkspaceWrite => {
+                "(e) OpenSession + first Shell `true`, workspace-write"
+            }
+            Variant::OpenFirstBackToBack => {
+                "(e) OpenSession + first Shell `true`, read-only, back to back"
+            }
         }
     }
 }
 
 struct Bench {
     tools: ToolsClient<Channel>,
+    sessions: SessionsClient<Channel>,
     health: HealthClient<Channel>,
     ro: String,
     ww: String,
@@ -73,6 +90,37 @@ struct Bench {
 }
 
 impl Bench {
+    /// Opens a session in a new directory, runs `true` in it (timed together), closes it.
+    async fn open_first(&mut self, mode: SandboxMode) -> Duration {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+        let req = support::session_request(dir.path(), mode);
+        let start = Instant::now();
+        let id = self
+            .sessions
+            .open_session(req)
+            .await
+            .expect("open_session")
+            .into_inner()
+            .session_id;
+        let r = self
+            .tools
+            .shell(api::ShellRequest {
+                session_id: id.clone(),
+                command: vec!["true".to_string()],
+                ..Default::default()
+            })
+            .await
+            .expect("shell")
+            .into_inner();
+        let took = start.elapsed();
+        assert_eq!(r.exit_code, 0, "sandboxed `true` failed: {r:?}");
+        self.sessions
+            .close_session(api::CloseSessionRequest { session_id: id })
+            .await
+            .expect("close_session");
+        took
+    }
+
     async fn shell(&mut self, session: &str) -> Duration {
         let req = api::ShellRequest {
             session_id: session.to_string(),
@@ -143,6 +191,12 @@ impl Bench {
                     .expect("health check");
                 start.elapsed()
             }
+            Variant::OpenFirstReadOnly => self.open_first(SandboxMode::ReadOnly).await,
+            Variant::OpenFirstWorkspaceWrite => self.open_first(SandboxMode::WorkspaceWrite).await,
+            Variant::OpenFirstBackToBack => {
+                self.open_first(SandboxMode::ReadOnly).await;
+                self.open_first(SandboxMode::ReadOnly).await
+            }
             Variant::ReadFile => {
                 let req = api::ReadFileRequest {
                     session_id: self.ro.clone(),
@@ -196,6 +250,9 @@ async fn async_main(n: usize, warmup: usize) {
         Variant::ShellWorkspaceWriteNoWatch,
         Variant::Health,
         Variant::ReadFile,
+        Variant::OpenFirstReadOnly,
+        Variant::OpenFirstWorkspaceWrite,
+        Variant::OpenFirstBackToBack,
     ]);
 
     let daemon = Daemon::start().await.unwrap_or_else(|e| panic!("{e}"));
@@ -215,6 +272,7 @@ async fn async_main(n: usize, warmup: usize) {
     let channel = daemon.channel().await.expect("connect");
     let mut bench = Bench {
         tools: ToolsClient::new(channel.clone()),
+        sessions: SessionsClient::new(channel.clone()),
         health: HealthClient::new(channel),
         ro,
         ww,
@@ -296,12 +354,30 @@ async fn async_main(n: usize, warmup: usize) {
     }
     let ro_ratio = us(pct(&samples[1], 0.5)) / us(b50);
     let ww_ratio = us(pct(&samples[2], 0.5)) / us(b50);
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     println!();
     println!(
         "goal: p50 of Shell `true` <= 1.5x bare spawn: read-only {ro_ratio:.2}x ({}), \
          workspace-write {ww_ratio:.2}x ({})",
-        if ro_ratio <= 1.5 { "met" } else { "NOT met" },
-        if ww_ratio <= 1.5 { "met" } else { "NOT met" },
+        verdict(ro_ratio <= 1.5),
+        verdict(ww_ratio <= 1.5),
+    );
+    let ratio_of = |v: Variant| {
+        let i = variants.iter().position(|x| *x == v).expect("variant");
+        us(pct(&samples[i], 0.5)) / us(b50)
+    };
+    let (open_ro, open_ww, open_b2b) = (
+        ratio_of(Variant::OpenFirstReadOnly),
+        ratio_of(Variant::OpenFirstWorkspaceWrite),
+        ratio_of(Variant::OpenFirstBackToBack),
+    );
+    println!(
+        "goal: p50 of OpenSession + first Shell `true` <= 10x bare spawn: read-only \
+         {open_ro:.2}x ({}), workspace-write {open_ww:.2}x ({}), read-only back to back \
+         {open_b2b:.2}x ({})",
+        verdict(open_ro <= 10.0),
+        verdict(open_ww <= 10.0),
+        verdict(open_b2b <= 10.0),
     );
     drop(daemon);
 }

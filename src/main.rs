@@ -30,6 +30,10 @@ enum Command {
     /// (Its spec arrives on the inherited socketpair, never in argv: other users can read argv.)
     #[command(name = "__worker", hide = true)]
     Worker,
+    /// Internal: a worker started ahead, before its spec exists; it becomes `__worker` when the
+    /// spec arrives (same length: the name is rewritten in place, see `worker::serve`).
+    #[command(name = "__spare_", hide = true)]
+    Spare,
     /// Internal: resolves a session's paths as the caller (request on stdin, answer on stdout).
     #[command(name = "__resolve", hide = true)]
     Resolve,
@@ -39,7 +43,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(*args),
-        Command::Worker => std::process::ExitCode::from(corral::worker::serve::worker_main() as u8),
+        Command::Worker | Command::Spare => {
+            std::process::ExitCode::from(corral::worker::serve::worker_main() as u8)
+        }
         Command::Resolve => {
             std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
         }

@@ -14,7 +14,7 @@ use crate::wire::{
     CallContext, WorkerReply, WorkerRequest, worker_reply::Result as Reply, worker_request::Call,
 };
 use crate::worker::frame;
-use crate::worker::serve::{WORKER_FD, WorkerSpec};
+use crate::worker::serve::{SPARE_ARG, WORKER_FD, WorkerSpec};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
+
+/// How many spare workers ([`Spare`]) the pool keeps started ahead. One is enough to take the
+/// binary's fork and exec off every `OpenSession` that is not back to back with another.
+const SPARE_WORKERS: usize = 1;
 
 /// How long a new worker may take to confine itself and say it is ready.
 const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -62,22 +66,25 @@ pub struct Worker {
     pid: Option<u32>,
 }
 
-impl Worker {
-    /// Spawns and confines a worker; fails with FAILED_PRECONDITION if the sandbox cannot be set up.
-    pub async fn spawn(
-        spec: &WorkerSpec,
-        cgroup: Option<WorkerCgroup>,
-    ) -> Result<Arc<Worker>, Status> {
-        // Released off the async threads once the worker is reaped (or on any early return).
-        let cgroup = CgroupHold(cgroup);
-        let join = cgroup.0.as_ref().map(|c| c.procs_path());
-        let spec_json = serde_json::to_string(spec)
-            .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
+/// A started `corral __worker` that has not received its spec: it has only exec'd and waits on
+/// its socketpair, unconfined but holding nothing of anyone (it runs as the daemon, with an empty
+/// environment, and only the daemon has the other end of its socket). Prepared ahead so that
+/// starting a session's worker skips the fork and exec of the binary. Specialised at most once:
+/// the worker reads exactly one spec, and a `Spare` is consumed by [`Worker::specialise`].
+pub struct Spare {
+    child: tokio::process::Child,
+    ours: std::os::unix::net::UnixStream,
+}
+
+impl Spare {
+    /// Starts a worker process; `join` is the `cgroup.procs` it enters before it runs. A spare
+    /// started ahead is named `__spare_` until it gets its spec (serve.rs renames it).
+    fn start(join: Option<std::ffi::CString>, ahead: bool) -> Result<Spare, Status> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| Status::internal(format!("cannot create the worker socketpair: {e}")))?;
         let theirs_fd = theirs.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
-        cmd.arg("__worker")
+        cmd.arg(if ahead { SPARE_ARG } else { "__worker" })
             // The daemon's environment (and any secret in it) never reaches the sandbox.
             .env_clear()
             .stdin(std::process::Stdio::null())
@@ -112,6 +119,42 @@ impl Worker {
         if let Some(stderr) = child.stderr.take() {
             crate::daemon::worker_log::relay(stderr, child.id());
         }
+        Ok(Spare { child, ours })
+    }
+
+    /// The process exited (or closed its end) while waiting.
+    fn is_dead(&self) -> bool {
+        hung_up(&self.ours)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+impl Worker {
+    /// Spawns and confines a worker; fails with FAILED_PRECONDITION if the sandbox cannot be set up.
+    pub async fn spawn(
+        spec: &WorkerSpec,
+        cgroup: Option<WorkerCgroup>,
+    ) -> Result<Arc<Worker>, Status> {
+        let join = cgroup.as_ref().map(|c| c.procs_path());
+        let spare = Spare::start(join, false)?;
+        Self::specialise(spare, spec, cgroup).await
+    }
+
+    /// Gives `spare` its spec and waits until it has confined itself. The spare must already be
+    /// in `cgroup` (see [`WorkerPool::spawn`]).
+    async fn specialise(
+        spare: Spare,
+        spec: &WorkerSpec,
+        cgroup: Option<WorkerCgroup>,
+    ) -> Result<Arc<Worker>, Status> {
+        // Released off the async threads once the worker is reaped (or on any early return).
+        let cgroup = CgroupHold(cgroup);
+        let Spare { mut child, ours } = spare;
+        let spec_json = serde_json::to_string(spec)
+            .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
         let hangup = ours
             .try_clone()
             .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
@@ -521,6 +564,17 @@ pub struct WorkerPool {
     /// Why there is none (e.g. a daemon that is not root may not write its cgroup).
     no_cgroup_because: Option<Arc<str>>,
     spawned: Arc<AtomicU64>,
+    /// Workers started ahead, not yet given a spec; shared by nobody (see [`Spare`]).
+    spares: Arc<Mutex<Spares>>,
+}
+
+/// The spare workers: ready ones, and how many are being started.
+#[derive(Default)]
+struct Spares {
+    ready: Vec<Spare>,
+    starting: usize,
+    /// The daemon is stopping: start no more.
+    closed: bool,
 }
 
 impl WorkerPool {
@@ -541,7 +595,46 @@ impl WorkerPool {
             cgroups,
             no_cgroup_because,
             spawned: Arc::default(),
+            spares: Arc::default(),
         }
+    }
+
+    fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
+        self.spares.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts spare workers in the background until [`SPARE_WORKERS`] are ready or starting.
+    /// Never waits, and holds no lock while a spare starts.
+    pub fn prewarm(&self) {
+        let mut spares = self.spares();
+        while !spares.closed && spares.ready.len() + spares.starting < SPARE_WORKERS {
+            spares.starting += 1;
+            let shared = self.spares.clone();
+            tokio::spawn(async move {
+                // The fork of the daemon runs on a blocking thread, not a runtime thread.
+                let started = tokio::task::spawn_blocking(|| Spare::start(None, true)).await;
+                let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
+                spares.starting -= 1;
+                match started {
+                    Ok(Ok(spare)) if !spares.closed => spares.ready.push(spare),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("cannot start a spare sandbox worker: {e}"),
+                    Err(e) => tracing::warn!("spare sandbox worker task: {e}"),
+                }
+            });
+        }
+    }
+
+    /// A live spare, if one is ready (dead ones are dropped, which kills and reaps them). The
+    /// caller owns it: it leaves the pool for good.
+    fn take_spare(&self) -> Option<Spare> {
+        let mut spares = self.spares();
+        while let Some(spare) = spares.ready.pop() {
+            if !spare.is_dead() {
+                return Some(spare);
+            }
+        }
+        None
     }
 
     /// Whether workers get a memory cgroup (else the RLIMIT_DATA fallback applies).
@@ -637,12 +730,22 @@ impl WorkerPool {
     }
 
     async fn spawn(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+        let spare = self.take_spare();
+        // Replace the spare taken (or start the first) while this one is specialised.
+        self.prewarm();
+        let spare_pid = spare.as_ref().and_then(Spare::pid);
         let cgroup = match &self.cgroups {
             Some(cgroups) => {
                 let n = self.spawned.fetch_add(1, Ordering::Relaxed);
                 let (cgroups, limit) = (cgroups.clone(), policy.limits.memory_bytes);
                 let made = tokio::task::spawn_blocking(move || {
-                    cgroups.create(&format!("worker-{n}"), limit)
+                    let cg = cgroups.create(&format!("worker-{n}"), limit)?;
+                    // A spare enters the cgroup before it is sent its spec, so the limit covers
+                    // everything it does for the session (H11).
+                    if let Some(pid) = spare_pid {
+                        cg.add_process(pid)?;
+                    }
+                    Ok::<_, std::io::Error>(cg)
                 })
                 .await
                 .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
@@ -655,20 +758,28 @@ impl WorkerPool {
             }
             None => None,
         };
-        Worker::spawn(
-            &WorkerSpec {
-                policy: policy.clone(),
-                degraded: self.degraded.clone(),
-            },
-            cgroup,
-        )
-        .await
+        let spec = WorkerSpec {
+            policy: policy.clone(),
+            degraded: self.degraded.clone(),
+        };
+        match spare {
+            // A spare whose pid is gone has exited: it cannot have joined the cgroup.
+            Some(spare) if spare_pid.is_some() => Worker::specialise(spare, &spec, cgroup).await,
+            _ => Worker::spawn(&spec, cgroup).await,
+        }
     }
 
     /// Stops every worker (the daemon is shutting down and no call is left on them): kills each,
     /// waits until it is reaped, and kills the commands of danger-full-access workers that
     /// outlived them (`orphans`). Bounded: a few seconds at most.
     pub async fn shutdown(&self) {
+        // Spares never got a spec: dropping them kills them.
+        let spares: Vec<Spare> = {
+            let mut spares = self.spares();
+            spares.closed = true;
+            spares.ready.drain(..).collect()
+        };
+        drop(spares);
         // Every worker process, also those no session uses any more that are still finishing.
         let workers: Vec<_> = LIVE
             .lock()

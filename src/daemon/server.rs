@@ -67,6 +67,8 @@ pub async fn serve(
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;
+    // A worker started ahead, so the next OpenSession does not wait for the binary to exec.
+    executor.pool().prewarm();
     let service = CorralService {
         sessions: sessions.clone(),
         executor: executor.clone(),

@@ -53,11 +53,14 @@ pub fn worker_main() -> i32 {
     }
     let spec_json = match frame::read_bytes_blocking(&mut socket) {
         Ok(Some(bytes)) => bytes,
-        Ok(None) | Err(_) => {
+        // A spare worker (pool.rs) the daemon dropped without using it.
+        Ok(None) => return 0,
+        Err(_) => {
             eprintln!("corral worker: no spec arrived on the request socket");
             return 70;
         }
     };
+    rename_spare();
     let spec: WorkerSpec = match serde_json::from_slice(&spec_json) {
         Ok(s) => s,
         Err(e) => {
@@ -131,6 +134,42 @@ pub fn worker_main() -> i32 {
     };
     serve(socket, writer, state);
     0
+}
+
+/// The argument a spare worker is started with (pool.rs), as long as `__worker`.
+pub const SPARE_ARG: &str = "__spare_";
+
+/// A spare worker that got its spec is a worker like any other and says so where operators and
+/// tests look (`/proc/PID/cmdline`, `ps`, `pgrep -f __worker`): its `__spare_` argument is
+/// rewritten to `__worker` in place, in the argument block the kernel shows. Best effort.
+fn rename_spare() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    // Fields 48 and 49 (arg_start, arg_end); the text after the name starts at field 3.
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<usize>().ok());
+    let (Some(start), Some(end)) = (field(48), field(49)) else {
+        return;
+    };
+    if start == 0 || end <= start || end - start > 1 << 20 {
+        return;
+    }
+    // SAFETY: [arg_start, arg_end) is this process's argument block on its initial stack:
+    // mapped and writable for the life of the process. Nothing holds a Rust reference into it
+    // (std reads argv through raw pointers), and the bytes written keep its length and NULs.
+    let block = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, end - start) };
+    let spare = SPARE_ARG.as_bytes();
+    if let Some(pos) = block
+        .windows(spare.len() + 1)
+        .position(|w| w[0] == 0 && &w[1..] == spare)
+        && block.get(pos + 1 + spare.len()) == Some(&0)
+    {
+        block[pos + 1..pos + 1 + spare.len()].copy_from_slice(b"__worker");
+    }
 }
 
 /// apply_patch's view of the policy: its own up-front checks mirror what the sandbox enforces,

@@ -1,7 +1,7 @@
-//! Running one shell-tool command (spec/tools.md §6.1-6.2): spawn with an exact environment,
-//! stdin `/dev/null` and a new session; read stdout and stderr as they arrive; wait for the
-//! leader; drain for at most 2 s after it exits; enforce the timeout; kill the whole remaining
-//! process tree; report the exit status.
+//! Running one shell-tool command (spec/tools.md §6.1-6.2): spawn (spawn.rs: `posix_spawn`) with
+//! an exact environment, stdin `/dev/null`, default signal handling and a new session; read stdout
+//! and stderr as they arrive; wait for the leader; drain for at most 2 s after it exits; enforce
+//! the timeout; kill the whole remaining process tree; report the exit status.
 //!
 //! Everything runs on the calling thread with `poll(2)`: the two pipes and (where the kernel has
 //! it) a pidfd of the leader, so the leader's exit is seen at once and chunks reach the callback
@@ -11,15 +11,15 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::capture::{CaptureBuffer, CaptureLimits, Captured};
 use super::denial::is_likely_sandbox_denied;
 use super::proctree::{ProcessTree, pidfd_open};
+use super::spawn::{self, Spawned};
 use crate::tools::{ErrorKind, ToolError, kind_of_io};
 
 /// `DEFAULT_EXEC_COMMAND_TIMEOUT_MS` (§6.2).
@@ -129,41 +129,25 @@ pub fn run(
         Err(err) => return Err(spawn_error(&err, &req.cwd.display().to_string())),
     }
 
-    let mut cmd = Command::new(program);
-    cmd.args(&req.argv[1..])
-        .env_clear()
-        .envs(req.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&req.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: the closure runs between fork and exec in a possibly multi-threaded process, so
-    // it makes only async-signal-safe calls (signal, setsid) and does not allocate.
-    unsafe {
-        cmd.pre_exec(|| {
-            // Ignored signals survive exec; the command should start with default handling.
-            for sig in 1..32 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
-            // New session: no controlling terminal, and the session id names the command's
-            // processes for the tree kill.
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-
     let start = Instant::now();
-    let (mut child, mut tree) =
-        ProcessTree::spawn(&mut cmd).map_err(|e| spawn_error(&e, program))?;
+    let (child, mut tree) = ProcessTree::spawn_with(|| {
+        let child = spawn::spawn(&req.argv, &req.env, &req.cwd)?;
+        let (pid, fds) = (
+            child.pid,
+            [
+                Some(child.stdout.as_raw_fd()),
+                Some(child.stderr.as_raw_fd()),
+            ],
+        );
+        Ok((child, pid, fds))
+    })
+    .map_err(|e| spawn_error(&e, program))?;
     let leader = tree.leader();
     let leader_fd = pidfd_open(leader).ok();
+    let Spawned { stdout, stderr, .. } = child;
     let mut pipes = [
-        Pipe::new(child.stdout.take().map(OwnedFd::from), Stream::Stdout),
-        Pipe::new(child.stderr.take().map(OwnedFd::from), Stream::Stderr),
+        Pipe::new(Some(stdout), Stream::Stdout),
+        Pipe::new(Some(stderr), Stream::Stderr),
     ];
     let mut sink = Sink {
         stdout: CaptureBuffer::new(CaptureLimits::RAW),
@@ -227,7 +211,7 @@ pub fn run(
         }
         poll_and_read(&mut pipes, None, final_deadline - now, &mut sink);
     }
-    let status = child.wait();
+    let status = spawn::wait(leader);
     // Unregister only now: until the leader is reaped, a concurrent cleanup must know it is a
     // leader and not an orphan to reap.
     drop(tree);
@@ -430,6 +414,8 @@ mod tests {
     };
     use crate::tools::shell::truncate::TruncationPolicy;
     use crate::tools::shell::{become_subreaper, shell_command_argv};
+    use std::collections::HashMap;
+    use std::process::Command;
     use std::sync::{Once, RwLock};
 
     fn setup() {
@@ -789,6 +775,97 @@ mod tests {
         let lines: Vec<&str> = text.lines().map(str::trim).collect();
         assert_eq!(lines[0], lines[1], "{text}");
         assert_eq!(lines[2], "not a tty");
+    }
+
+    /// The `SigBlk` and `SigIgn` masks of the command's own process, from /proc/self/status.
+    fn sig_masks(o: &ExecOutcome) -> HashMap<String, u64> {
+        combined_text(o)
+            .lines()
+            .filter_map(|l| l.split_once(":\t"))
+            .filter(|(k, _)| ["SigBlk", "SigIgn"].contains(k))
+            .map(|(k, v)| (k.to_string(), u64::from_str_radix(v.trim(), 16).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn default_signals_and_empty_mask_even_if_the_spawner_ignores_and_blocks() {
+        setup();
+        // The worker ignores SIGPIPE (Rust's runtime does); make this thread ignore and block
+        // more, as a worker thread could, and check none of it reaches the command.
+        let masks = std::thread::spawn(|| {
+            // SAFETY: changes this test process's dispositions to SIG_IGN for signals nothing in
+            // the test binary handles, and this thread's own mask.
+            unsafe {
+                libc::signal(libc::SIGUSR2, libc::SIG_IGN);
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                libc::signal(libc::SIGRTMIN() + 3, libc::SIG_IGN);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGTERM);
+                libc::sigaddset(&mut set, libc::SIGINT);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            }
+            let never = AtomicBool::new(false);
+            let o = run_shared(
+                &req(&["cat", "/proc/self/status"], 5000),
+                &mut |_| {},
+                &never,
+            )
+            .unwrap();
+            sig_masks(&o)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(masks["SigBlk"], 0, "{masks:?}");
+        // Every signal at its default disposition, glibc's internal 32 and 33 included.
+        assert_eq!(masks["SigIgn"], 0, "{masks:?}");
+    }
+
+    #[test]
+    fn only_stdio_descriptors_reach_the_command() {
+        setup();
+        // A descriptor without close-on-exec in the spawner (as a careless open would make)
+        // must not reach the command either.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        // SAFETY: clears FD_CLOEXEC on a descriptor this test owns.
+        unsafe { libc::fcntl(a.as_raw_fd(), libc::F_SETFD, 0) };
+        let o = run_req(&bash("ls /proc/self/fd | sort -n | tr '\\n' ' '"));
+        drop((a, b));
+        // 0-2, plus the one `ls` has open on /proc/self/fd.
+        assert_eq!(combined_text(&o), "0 1 2 3 ", "{}", combined_text(&o));
+        let o = run_req(&bash("readlink /proc/self/fd/0"));
+        assert_eq!(combined_text(&o), "/dev/null\n");
+    }
+
+    #[test]
+    fn program_search_uses_the_request_path_and_cwd() {
+        setup();
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // No shebang: execvp runs it with /bin/sh (ENOEXEC fallback).
+        std::fs::write(bin.join("corral-noshebang"), "echo from-script \"$@\"\n").unwrap();
+        std::fs::write(bin.join("corral-noexec"), "echo never\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let perm = |mode| std::fs::Permissions::from_mode(mode);
+        std::fs::set_permissions(bin.join("corral-noshebang"), perm(0o755)).unwrap();
+        std::fs::set_permissions(bin.join("corral-noexec"), perm(0o644)).unwrap();
+        let mut r = req(&["corral-noshebang", "x y"], 5000);
+        r.cwd = dir.path().to_path_buf();
+        // A relative PATH entry resolves against the command's cwd, as after chdir + execvp.
+        r.env = vec![("PATH".into(), "/nonexistent:bin:/usr/bin:/bin".into())];
+        let o = run_req(&r);
+        assert_eq!(combined_text(&o), "from-script x y\n");
+        assert_eq!(o.exit_code, 0);
+        // Found but not executable, and nothing executable later on the path: EACCES.
+        let never = AtomicBool::new(false);
+        r.argv = vec!["corral-noexec".into()];
+        let err = run_shared(&r, &mut |_| {}, &never).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::PermissionDenied, "{}", err.message);
+        // A NUL in an argument is refused, not truncated.
+        r.argv = vec!["echo".into(), "a\0b".into()];
+        let err = run_shared(&r, &mut |_| {}, &never).unwrap_err();
+        assert!(err.message.contains("nul byte"), "{}", err.message);
     }
 
     #[test]

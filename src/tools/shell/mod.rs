@@ -11,6 +11,7 @@ pub mod denial;
 pub mod exec;
 pub mod format;
 pub mod proctree;
+mod spawn;
 pub mod truncate;
 
 use std::ffi::CStr;

@@ -162,9 +162,25 @@ impl ProcessTree {
     /// `setsid` (exec.rs does, in `pre_exec`). The leader must not be reaped before
     /// [`ProcessTree::kill_all`] has run.
     pub fn spawn(cmd: &mut Command) -> io::Result<(Child, ProcessTree)> {
+        Self::spawn_with(|| {
+            let child = cmd.spawn()?;
+            let pid = child.id() as i32;
+            let fds = [
+                child.stdout.as_ref().map(|p| p.as_raw_fd()),
+                child.stderr.as_ref().map(|p| p.as_raw_fd()),
+            ];
+            Ok((child, pid, fds))
+        })
+    }
+
+    /// Like [`ProcessTree::spawn`] for any way of starting a child of this process: `start`
+    /// returns what it started, the child's pid and its stdout/stderr pipe descriptors.
+    pub(crate) fn spawn_with<T>(
+        start: impl FnOnce() -> io::Result<(T, i32, [Option<RawFd>; 2])>,
+    ) -> io::Result<(T, ProcessTree)> {
         // The placeholder makes every process started from now on ambiguous to other commands'
         // cleanup (see `collect`), which covers the new leader until it is registered. The lock
-        // is not held across fork/exec, which can take milliseconds and would serialise spawns.
+        // is not held across the spawn, which can take milliseconds and would serialise spawns.
         let id = {
             let mut reg = registry();
             let id = reg.next_id;
@@ -180,24 +196,17 @@ impl ProcessTree {
             );
             id
         };
-        let child = match cmd.spawn() {
-            Ok(child) => child,
+        let (child, pid, fds) = match start() {
+            Ok(started) => started,
             Err(e) => {
                 registry().entries.remove(&id);
                 return Err(e);
             }
         };
-        let pipes = [
-            child.stdout.as_ref().map(|p| p.as_raw_fd()),
-            child.stderr.as_ref().map(|p| p.as_raw_fd()),
-        ]
-        .into_iter()
-        .flatten()
-        .filter_map(pipe_inode)
-        .collect();
+        let pipes = fds.into_iter().flatten().filter_map(pipe_inode).collect();
         let mut reg = registry();
         reg.entries.remove(&id);
-        let tree = Self::register_locked(&mut reg, child.id() as i32, pipes);
+        let tree = Self::register_locked(&mut reg, pid, pipes);
         Ok((child, tree))
     }
 

@@ -1,0 +1,189 @@
+//! How commands and workers are started, through a real daemon: a command is spawned
+//! (`posix_spawn`) as the leader of its own session, with every signal at its default
+//! disposition, an empty signal mask and only descriptors 0-2; and a worker started ahead of
+//! time (a spare, `corral __spare_`) serves exactly one worker's life for one user, then a new
+//! spare takes its place.
+
+mod common;
+
+use common::{Daemon, TestUser, eventually, scratch};
+use corral::api;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+fn status_field(text: &str, key: &str) -> Vec<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_command_leads_its_own_session_with_default_signals_and_no_inherited_fds() {
+    let d = Daemon::start(&[]).await;
+    let dir = scratch();
+    for mode in [api::SandboxMode::ReadOnly, api::SandboxMode::WorkspaceWrite] {
+        let id = d.open(dir.path(), mode).await;
+        let run = |argv: &[&str]| api::ShellRequest {
+            session_id: id.clone(),
+            command: argv.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let r = d.shell(run(&["cat", "/proc/self/status"])).await;
+        assert_eq!(r.exit_code, 0, "{}", r.output);
+        // In the innermost pid namespace (last field), the command's session id is its pid.
+        let pid = status_field(&r.output, "NSpid").pop().unwrap();
+        let sid = status_field(&r.output, "NSsid").pop().unwrap();
+        assert_eq!(sid, pid, "{mode:?}: not its own session leader");
+        for key in ["SigBlk", "SigIgn"] {
+            let mask = u64::from_str_radix(&status_field(&r.output, key)[0], 16).unwrap();
+            assert_eq!(mask, 0, "{mode:?}: {key} {mask:#x}");
+        }
+        // Only stdin, stdout, stderr — and the directory `ls` itself opens.
+        let r = d.shell(run(&["ls", "/proc/self/fd"])).await;
+        let fds: Vec<&str> = r.output.split_whitespace().collect();
+        assert_eq!(fds, ["0", "1", "2", "3"], "{mode:?}");
+        let r = d.shell(run(&["readlink", "/proc/self/fd/0"])).await;
+        assert_eq!(r.output, "/dev/null\n");
+    }
+}
+
+/// Children of `parent` whose command line contains `arg` as a whole argument.
+fn children_with_arg(parent: u32, arg: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                return false;
+            };
+            let ppid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:"))
+                .map(|v| v.trim().parse::<u32>().ok());
+            ppid == Some(Some(parent))
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+        })
+        .collect()
+}
+
+/// The real uid of `pid`, if it is alive.
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The uid the worker rooted at `pid` runs commands as: a sandboxed worker is two processes,
+/// the outer one waiting and PID 1 of the sandbox (its only `__worker` child) serving.
+fn serving_uid(pid: u32) -> Option<u32> {
+    let inner = children_with_arg(pid, "__worker");
+    uid_of(*inner.first()?)
+}
+
+async fn one_spare(d: &Daemon) -> u32 {
+    let mut spares = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            spares = children_with_arg(d.pid(), "__spare_");
+            spares.len() == 1
+        })
+        .await,
+        "expected one spare worker, found {spares:?}"
+    );
+    spares[0]
+}
+
+fn open_as(user: &TestUser, socket: &str, dir: &Path) -> String {
+    let (code, id, err) = user.corral(
+        socket,
+        &[
+            "open-session",
+            "--mode",
+            "workspace-write",
+            "--cwd",
+            dir.to_str().unwrap(),
+            "--env",
+            "PATH=/usr/bin:/bin",
+        ],
+    );
+    assert_eq!(code, 0, "{}: open-session: {err}", user.name);
+    id
+}
+
+#[tokio::test]
+async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: creating users and serving them needs root (CI runs as root)");
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    std::fs::set_permissions(
+        d.socket.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let socket = d.target().to_string();
+    let (a, b) = (TestUser::create("spa"), TestUser::create("spb"));
+
+    // Before it is used a spare is the daemon's: no user's identity, not named a worker.
+    let first = one_spare(&d).await;
+    assert_eq!(uid_of(first), Some(0));
+    assert!(children_with_arg(d.pid(), "__worker").is_empty());
+
+    let sa = open_as(&a, &socket, &a.dir);
+    // A's session got the spare: it is now a worker, serving as A.
+    assert!(children_with_arg(d.pid(), "__worker").contains(&first));
+    assert!(
+        children_with_arg(d.pid(), "__spare_")
+            .iter()
+            .all(|p| *p != first)
+    );
+    assert_eq!(serving_uid(first), Some(a.uid));
+
+    // A new spare replaces it; B's session gets that one, never A's worker.
+    let second = one_spare(&d).await;
+    assert_ne!(second, first);
+    let sb = open_as(&b, &socket, &b.dir);
+    assert_eq!(serving_uid(second), Some(b.uid));
+    assert_eq!(serving_uid(first), Some(a.uid), "A's worker still A's only");
+    for (user, session) in [(&a, &sa), (&b, &sb)] {
+        let (code, out, err) = user.corral(
+            &socket,
+            &[
+                "invoke",
+                "shell",
+                r#"{"command":["id","-u"]}"#,
+                "--session",
+                session,
+                "--json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let reply: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let text: serde_json::Value =
+            serde_json::from_str(reply["output"].as_str().unwrap()).unwrap();
+        assert_eq!(text["output"], format!("{}\n", user.uid), "{out}");
+    }
+
+    // Closing A's session ends its worker; the spare that became it is not reused.
+    let (code, _, err) = a.corral(&socket, &["close-session", &sa]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        eventually(Duration::from_secs(10), || uid_of(first).is_none()).await,
+        "A's worker outlived its session"
+    );
+    let third = one_spare(&d).await;
+    assert!(![first, second].contains(&third));
+}
