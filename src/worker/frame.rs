@@ -90,6 +90,26 @@ pub fn write_blocking<M: Message>(w: &mut impl Write, msg: &M) -> io::Result<()>
     w.flush()
 }
 
+/// A reuse buffer larger than this is let go after its frame, so one huge reply does not pin
+/// its size for the life of the process.
+const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// Writes one frame, encoded into `buf` (kept by the caller between frames: no allocation per
+/// frame, and the frame leaves in one `write`).
+pub fn write_reusing<M: Message>(w: &mut impl Write, buf: &mut Vec<u8>, msg: &M) -> io::Result<()> {
+    let len = msg.encoded_len();
+    buf.clear();
+    buf.reserve(4 + len);
+    buf.extend_from_slice(&(len as u32).to_be_bytes());
+    // Cannot fail: the buffer grows as needed.
+    let _ = msg.encode(buf);
+    let result = w.write_all(buf).and_then(|()| w.flush());
+    if buf.capacity() > KEEP_BUFFER_BYTES {
+        *buf = Vec::new();
+    }
+    result
+}
+
 /// Reads one frame asynchronously; `Ok(None)` on a clean end of stream.
 pub async fn read_async<M: Message + Default>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
