@@ -158,4 +158,37 @@ mod tests {
         let huge = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
         assert!(read_blocking::<WorkerRequest>(&mut huge.as_slice()).is_err());
     }
+
+    #[test]
+    fn a_reused_buffer_writes_the_same_frames_and_is_let_go_when_large() {
+        let small = WorkerRequest {
+            id: 1,
+            context: None,
+            call: Some(Call::Cancel(9)),
+            stream: true,
+        };
+        let large = WorkerRequest {
+            id: 2,
+            context: None,
+            call: Some(Call::ReadFile(crate::api::ReadFileRequest {
+                file_path: "x".repeat(KEEP_BUFFER_BYTES + 1),
+                ..Default::default()
+            })),
+            stream: false,
+        };
+        let (mut out, mut buf) = (Vec::new(), Vec::new());
+        write_reusing(&mut out, &mut buf, &small).unwrap();
+        assert!(buf.capacity() > 0, "a small frame's buffer is kept");
+        write_reusing(&mut out, &mut buf, &large).unwrap();
+        assert_eq!(buf.capacity(), 0, "a buffer over the limit is let go");
+        write_reusing(&mut out, &mut buf, &small).unwrap();
+        let mut r = out.as_slice();
+        for expected in [&small, &large, &small] {
+            assert_eq!(
+                read_blocking::<WorkerRequest>(&mut r).unwrap().as_ref(),
+                Some(expected)
+            );
+        }
+        assert_eq!(read_blocking::<WorkerRequest>(&mut r).unwrap(), None);
+    }
 }
