@@ -233,7 +233,7 @@ impl Executor {
                 let close = Call::CloseSession(crate::wire::CloseSession {
                     session_id: session.id.clone(),
                 });
-                if let Err(e) = worker.call(context_of(session), close).await {
+                if let Err(e) = worker.call(&context_of(session), &close).await {
                     tracing::warn!(session = %session.id, "closing the session's processes failed: {}", e.message());
                 }
             }
@@ -366,32 +366,48 @@ impl Executor {
         // as it is now.
         for attempt in 0..2 {
             let seen = session.current_policy();
+            // `None`: the call runs in the session's current worker (`seen`), the common case,
+            // which needs no second copy of the policy.
             let (worker, home) = match &home {
-                Some(h) if h.escalated => (self.worker_for(session, true).await?, h.clone()),
-                Some(h) => (self.pool.get(&h.policy).await?, h.clone()),
+                Some(h) if h.escalated => (self.worker_for(session, true).await?, Some(h.clone())),
+                Some(h) => (self.pool.get(&h.policy).await?, Some(h.clone())),
+                None if escalated => {
+                    let worker = self.worker_for(session, true).await?;
+                    let policy = session
+                        .escalated_policy
+                        .get()
+                        .cloned()
+                        .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+                    (worker, Some(Home { policy, escalated }))
+                }
                 None => {
-                    let worker = self.worker_for(session, escalated).await?;
-                    let policy = if escalated {
-                        session.escalated_policy.get().cloned()
-                    } else {
-                        seen.clone()
-                    };
-                    let policy =
-                        policy.ok_or_else(|| Status::internal("session has no sandbox policy"))?;
-                    (worker, Home { policy, escalated })
+                    let policy = seen
+                        .as_ref()
+                        .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+                    (self.pool.get(policy).await?, None)
                 }
             };
             let result = tokio::select! {
-                result = worker.call_tracked(context.clone(), call.clone()) => result,
+                result = worker.call_tracked(&context, &call) => result,
                 // Dropping the call future cancels it in the worker.
                 _ = session.closed.cancelled() => Err(Status::cancelled(
                     "the session was closed while the call was running; the call was cancelled",
                 )),
             };
             let result = result.map(|t| {
-                session
-                    .processes
-                    .record(&home, &t.kept, &t.ended, slot.take());
+                if t.kept.is_empty() && t.ended.is_empty() {
+                    // Nothing to record; a running-command slot ends with the call.
+                    drop(slot.take());
+                } else if let Some(home) = home.or_else(|| {
+                    seen.clone().map(|policy| Home {
+                        policy,
+                        escalated: false,
+                    })
+                }) {
+                    session
+                        .processes
+                        .record(&home, &t.kept, &t.ended, slot.take());
+                }
                 (t.reply, t.sandbox_denied)
             });
             match (result, seen) {
@@ -423,7 +439,7 @@ impl Executor {
         }
         let mut all: Vec<crate::api::ProcessInfo> = Vec::new();
         for worker in workers {
-            match worker.call(context_of(session), call.clone()).await? {
+            match worker.call(&context_of(session), &call).await? {
                 Reply::Process(crate::wire::ProcessReply {
                     op: Some(crate::wire::process_reply::Op::List(list)),
                 }) => all.extend(list.processes),

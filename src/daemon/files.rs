@@ -205,9 +205,8 @@ impl CorralService {
             for attempt in 0..2 {
                 let seen = session.current_policy();
                 let worker = self.executor.worker_for(session, false).await?;
-                let (mut handle, mut replies) = worker
-                    .start(context_of(session), call.clone(), true)
-                    .await?;
+                let (mut handle, mut replies) =
+                    worker.start(&context_of(session), &call, true).await?;
                 let first = tokio::select! {
                     first = replies.recv() => first,
                     _ = session.closed.cancelled() => return Err(status::session_closed()),
@@ -392,7 +391,7 @@ impl CorralService {
         let started = async {
             let worker = self.executor.worker_for(&admitted.session, false).await?;
             let (mut handle, mut replies) = worker
-                .start(context_of(&admitted.session), call, true)
+                .start(&context_of(&admitted.session), &call, true)
                 .await?;
             let first = tokio::select! {
                 first = replies.recv() => first,

@@ -34,6 +34,9 @@ const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// a worker that reads slowly makes new calls wait here instead of growing the daemon.
 const OUTGOING_BYTES: usize = 16 * 1024 * 1024;
 
+/// Up to this many bytes of queued frames are written to a worker at once.
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// Each call's replies. Unbounded, but bounded in fact: a unary call gets one frame, and a
 /// streaming call's output deltas are limited by its flow-control window (credit).
 type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<WorkerReply>>>>;
@@ -217,15 +220,50 @@ impl Worker {
         let (control, mut control_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
+            // Frames that are ready together leave in one write (one wake-up of the worker's
+            // reader instead of one per frame); large ones (upload pieces) are not copied.
+            let mut batch: Vec<u8> = Vec::new();
+            let mut permits = Vec::new();
             loop {
                 // Control frames first: a cancel must not wait behind queued calls.
-                let bytes = tokio::select! {
+                let (bytes, permit) = tokio::select! {
                     biased;
-                    Some(bytes) = control_rx.recv() => bytes,
-                    Some((bytes, _permit)) = calls_rx.recv() => bytes,
+                    Some(bytes) = control_rx.recv() => (bytes, None),
+                    Some((bytes, permit)) = calls_rx.recv() => (bytes, Some(permit)),
                     else => break,
                 };
-                if write_half.write_all(&bytes).await.is_err() {
+                if bytes.len() >= BATCH_BYTES {
+                    if write_half.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                batch.clear();
+                batch.extend_from_slice(&bytes);
+                permits.push(permit);
+                let mut large = None;
+                while batch.len() < BATCH_BYTES {
+                    let (bytes, permit) = match control_rx.try_recv() {
+                        Ok(bytes) => (bytes, None),
+                        Err(_) => match calls_rx.try_recv() {
+                            Ok((bytes, permit)) => (bytes, Some(permit)),
+                            Err(_) => break,
+                        },
+                    };
+                    if bytes.len() >= BATCH_BYTES {
+                        large = Some((bytes, permit));
+                        break;
+                    }
+                    batch.extend_from_slice(&bytes);
+                    permits.push(permit);
+                }
+                if write_half.write_all(&batch).await.is_err() {
+                    break;
+                }
+                permits.clear();
+                if let Some((bytes, _permit)) = large
+                    && write_half.write_all(&bytes).await.is_err()
+                {
                     break;
                 }
             }
@@ -234,6 +272,8 @@ impl Worker {
             let pending = pending.clone();
             let dead = dead.clone();
             tokio::spawn(async move {
+                // Replies that arrive together are taken in one read.
+                let mut read_half = tokio::io::BufReader::with_capacity(64 * 1024, read_half);
                 let reading = async {
                     while let Ok(Some(reply)) =
                         frame::read_async::<WorkerReply>(&mut read_half).await
@@ -312,21 +352,15 @@ impl Worker {
     /// credit with [`CallHandle::credit`] as they are passed on.
     pub async fn start(
         &self,
-        context: CallContext,
-        call: Call,
+        context: &CallContext,
+        call: &Call,
         stream: bool,
     ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), Status> {
         if self.is_dead() {
             return Err(status::worker_died());
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let req = WorkerRequest {
-            id,
-            context: Some(context),
-            call: Some(call),
-            stream,
-        };
-        let bytes = frame::encode(&req);
+        let bytes = encode_request(id, context, call, stream);
         let share = u32::try_from(bytes.len().min(OUTGOING_BYTES)).unwrap_or(u32::MAX);
         let permit = self
             .outgoing_budget
@@ -385,13 +419,17 @@ impl Worker {
     }
 
     /// Runs a unary call to completion.
-    pub async fn call(&self, context: CallContext, call: Call) -> Result<Reply, Status> {
+    pub async fn call(&self, context: &CallContext, call: &Call) -> Result<Reply, Status> {
         self.call_tracked(context, call).await.map(|t| t.reply)
     }
 
     /// Runs a unary call to completion; with the processes the worker started and stopped
     /// keeping for the call's session, and whether a command it ran was denied by the sandbox.
-    pub async fn call_tracked(&self, context: CallContext, call: Call) -> Result<Tracked, Status> {
+    pub async fn call_tracked(
+        &self,
+        context: &CallContext,
+        call: &Call,
+    ) -> Result<Tracked, Status> {
         let (mut handle, mut rx) = self.start(context, call, false).await?;
         match rx.recv().await {
             Some(WorkerReply {
@@ -416,6 +454,33 @@ impl Worker {
             }
         }
     }
+}
+
+/// The frame of a call request, encoded from borrowed parts: the same bytes as a
+/// `WorkerRequest` holding them, without copying the call and its context into one first.
+fn encode_request(id: u64, context: &CallContext, call: &Call, stream: bool) -> Vec<u8> {
+    use prost::encoding;
+    // Field numbers of `WorkerRequest` (proto/corral/v1/worker.proto).
+    const ID: u32 = 1;
+    const CONTEXT: u32 = 6;
+    const STREAM: u32 = 8;
+    let len = encoding::uint64::encoded_len(ID, &id)
+        + encoding::message::encoded_len(CONTEXT, context)
+        + call.encoded_len()
+        + if stream {
+            encoding::bool::encoded_len(STREAM, &stream)
+        } else {
+            0
+        };
+    let mut out = Vec::with_capacity(4 + len);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    encoding::uint64::encode(ID, &id, &mut out);
+    encoding::message::encode(CONTEXT, context, &mut out);
+    call.encode(&mut out);
+    if stream {
+        encoding::bool::encode(STREAM, &stream, &mut out);
+    }
+    out
 }
 
 /// Whether the other end of `socket` is closed (the kernel closes a process's descriptors as it
@@ -662,14 +727,20 @@ impl WorkerPool {
         join: bool,
     ) -> Arc<tokio::sync::Mutex<Option<Arc<Worker>>>> {
         let mut table = self.table();
-        let entry = table.entry(policy.clone()).or_insert_with(|| PoolEntry {
+        let join_slot = |entry: &mut PoolEntry| {
+            if join || entry.users == 0 {
+                entry.users += 1;
+            }
+            entry.worker.clone()
+        };
+        // Looked up first: a policy is cloned only for a new slot, not on every call.
+        if let Some(entry) = table.get_mut(policy) {
+            return join_slot(entry);
+        }
+        join_slot(table.entry(policy.clone()).or_insert_with(|| PoolEntry {
             worker: Arc::default(),
             users: 0,
-        });
-        if join || entry.users == 0 {
-            entry.users += 1;
-        }
-        entry.worker.clone()
+        }))
     }
 
     /// The live worker in `slot`, starting one if there is none or it died.
@@ -819,7 +890,41 @@ impl WorkerPool {
 
 #[cfg(test)]
 mod tests {
-    use super::hung_up;
+    use super::{encode_request, hung_up};
+    use crate::wire::{CallContext, WorkerRequest, worker_request::Call};
+
+    #[test]
+    fn a_request_encoded_from_its_parts_decodes_as_the_whole() {
+        let context = CallContext {
+            cwd: "/work".into(),
+            env: [("A".to_string(), "1".to_string())].into(),
+            timeout_ceiling_ms: 5,
+            session_id: "s".into(),
+            new_process_id: 7,
+            background_terminal_max_timeout_ms: 9,
+        };
+        let call = Call::ReadFile(crate::api::ReadFileRequest {
+            session_id: "s".into(),
+            file_path: "a.rs".into(),
+            offset: Some(3),
+            ..Default::default()
+        });
+        for stream in [false, true] {
+            let bytes = encode_request(42, &context, &call, stream);
+            let decoded: WorkerRequest = crate::worker::frame::read_blocking(&mut bytes.as_slice())
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                decoded,
+                WorkerRequest {
+                    id: 42,
+                    context: Some(context.clone()),
+                    call: Some(call.clone()),
+                    stream,
+                }
+            );
+        }
+    }
 
     #[test]
     fn a_closed_peer_is_seen_at_once_and_an_open_one_never() {

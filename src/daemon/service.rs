@@ -568,8 +568,8 @@ impl CorralService {
                     .await?;
                 let (mut handle, mut replies) = worker
                     .start(
-                        crate::daemon::executor::context_of(&admitted.session),
-                        call.clone(),
+                        &crate::daemon::executor::context_of(&admitted.session),
+                        &call,
                         true,
                     )
                     .await?;

@@ -81,12 +81,16 @@ pub struct ReadFileOutput {
 impl ReadFileOutput {
     /// `L{n}: {text}` lines joined by `\n`; no header, no trailing newline.
     pub fn model_text(&self) -> String {
-        let mut out = String::new();
+        use std::fmt::Write as _;
+        // Sized up front (a line's number takes at most 20 digits), written in place.
+        let size: usize = self.lines.iter().map(|l| l.text.len() + 24).sum();
+        let mut out = String::with_capacity(size);
         for (i, line) in self.lines.iter().enumerate() {
             if i > 0 {
                 out.push('\n');
             }
-            out.push_str(&format!("L{}: {}", line.number, line.text));
+            // Cannot fail: writing to a String.
+            let _ = write!(out, "L{}: {}", line.number, line.text);
         }
         out
     }

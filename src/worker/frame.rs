@@ -90,6 +90,26 @@ pub fn write_blocking<M: Message>(w: &mut impl Write, msg: &M) -> io::Result<()>
     w.flush()
 }
 
+/// A reuse buffer larger than this is let go after its frame, so one huge reply does not pin
+/// its size for the life of the process.
+const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+
+/// Writes one frame, encoded into `buf` (kept by the caller between frames: no allocation per
+/// frame, and the frame leaves in one `write`).
+pub fn write_reusing<M: Message>(w: &mut impl Write, buf: &mut Vec<u8>, msg: &M) -> io::Result<()> {
+    let len = msg.encoded_len();
+    buf.clear();
+    buf.reserve(4 + len);
+    buf.extend_from_slice(&(len as u32).to_be_bytes());
+    // Cannot fail: the buffer grows as needed.
+    let _ = msg.encode(buf);
+    let result = w.write_all(buf).and_then(|()| w.flush());
+    if buf.capacity() > KEEP_BUFFER_BYTES {
+        *buf = Vec::new();
+    }
+    result
+}
+
 /// Reads one frame asynchronously; `Ok(None)` on a clean end of stream.
 pub async fn read_async<M: Message + Default>(
     r: &mut (impl tokio::io::AsyncRead + Unpin),
@@ -137,5 +157,38 @@ mod tests {
         assert_eq!(read_blocking::<WorkerRequest>(&mut r).unwrap(), None);
         let huge = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
         assert!(read_blocking::<WorkerRequest>(&mut huge.as_slice()).is_err());
+    }
+
+    #[test]
+    fn a_reused_buffer_writes_the_same_frames_and_is_let_go_when_large() {
+        let small = WorkerRequest {
+            id: 1,
+            context: None,
+            call: Some(Call::Cancel(9)),
+            stream: true,
+        };
+        let large = WorkerRequest {
+            id: 2,
+            context: None,
+            call: Some(Call::ReadFile(crate::api::ReadFileRequest {
+                file_path: "x".repeat(KEEP_BUFFER_BYTES + 1),
+                ..Default::default()
+            })),
+            stream: false,
+        };
+        let (mut out, mut buf) = (Vec::new(), Vec::new());
+        write_reusing(&mut out, &mut buf, &small).unwrap();
+        assert!(buf.capacity() > 0, "a small frame's buffer is kept");
+        write_reusing(&mut out, &mut buf, &large).unwrap();
+        assert_eq!(buf.capacity(), 0, "a buffer over the limit is let go");
+        write_reusing(&mut out, &mut buf, &small).unwrap();
+        let mut r = out.as_slice();
+        for expected in [&small, &large, &small] {
+            assert_eq!(
+                read_blocking::<WorkerRequest>(&mut r).unwrap().as_ref(),
+                Some(expected)
+            );
+        }
+        assert_eq!(read_blocking::<WorkerRequest>(&mut r).unwrap(), None);
     }
 }

@@ -17,7 +17,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The descriptor the daemon passes the request socket on.
 pub const WORKER_FD: RawFd = 3;
@@ -478,24 +478,149 @@ fn cancel_all_and_wait(calls: &Calls) {
     }
 }
 
-fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
-    let state = Arc::new(state);
-    let threads = crate::worker::threads::CallThreads::default();
-    let writer = Arc::new(Mutex::new(writer));
-    let calls: Arc<Calls> = Arc::default();
-    // Cancels that overtook their call (the daemon sends them ahead of queued calls): ids above
-    // every id seen so far. Such a call is cancelled the moment it arrives.
-    let mut highest_id = 0u64;
-    let mut early_cancels: HashSet<u64> = HashSet::new();
+/// How long a call may run on the reader thread before another thread takes over reading: a
+/// file call on a slow or hung file system stalls the worker's other calls (and the cancels and
+/// credits of running ones) for about this long, not for as long as it takes.
+const INLINE_BUDGET: Duration = Duration::from_millis(5);
+/// How often the watchdog looks at the call running on the reader thread.
+const WATCH_TICK: Duration = Duration::from_millis(2);
+/// Ticks without a call on the reader thread after which the watchdog sleeps until the next one
+/// (an idle worker does not wake every tick).
+const WATCH_IDLE_TICKS: u32 = 50;
+
+/// Calls the reader thread answers itself: they only read the file system, start nothing and
+/// never wait for the daemon. Handing each to a call thread and back cost two thread wake-ups per
+/// call, most of a small read's time in the worker (docs/BENCHMARKS.md §6).
+fn runs_inline(call: &worker_request::Call) -> bool {
+    matches!(
+        call,
+        worker_request::Call::ReadFile(_) | worker_request::Call::ListDir(_)
+    )
+}
+
+/// The reader role: the socket's read side and what only the reader touches. Held by one thread
+/// at a time, for as long as it reads.
+struct Source {
+    socket: std::io::BufReader<UnixStream>,
+    /// Cancels that overtook their call (the daemon sends them ahead of queued calls): ids above
+    /// every id seen so far. Such a call is cancelled the moment it arrives.
+    highest_id: u64,
+    early_cancels: HashSet<u64>,
+    /// The daemon closed the socket and the worker has shut down.
+    ended: bool,
+}
+
+/// What the reader, the call threads and the watchdog share.
+struct Serving {
+    state: WorkerState,
+    threads: crate::worker::threads::CallThreads,
+    writer: Mutex<Writer>,
+    calls: Calls,
+    source: Mutex<Source>,
+    /// When the call running on the reader thread started (ns after `epoch`); 0: none.
+    inline_since: std::sync::atomic::AtomicU64,
+    /// Calls run on the reader thread so far (the watchdog sees whether it is needed).
+    inline_calls: std::sync::atomic::AtomicU64,
+    epoch: Instant,
+    watchdog_parked: AtomicBool,
+    watchdog: std::sync::OnceLock<std::thread::Thread>,
+    /// Set once the worker has shut down (the main thread waits for it).
+    ended: (Mutex<bool>, Condvar),
+}
+
+/// The socket's write side and a buffer kept between frames (a reply is encoded into it instead
+/// of into a fresh allocation each time).
+struct Writer {
+    socket: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    fn send(&mut self, msg: &WorkerReply) -> std::io::Result<()> {
+        frame::write_reusing(&mut self.socket, &mut self.buf, msg)
+    }
+}
+
+impl Serving {
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn serve(reader: UnixStream, writer: UnixStream, state: WorkerState) {
+    let serving = Serving::new(reader, writer, state);
+    start_watchdog(&serving);
+    read_loop(&serving);
+    // Another thread may have taken over reading; the worker is done when the socket closed.
+    let (lock, cv) = &serving.ended;
+    let mut ended = lock.lock().unwrap_or_else(|p| p.into_inner());
+    while !*ended {
+        ended = cv.wait(ended).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+impl Serving {
+    fn new(reader: UnixStream, writer: UnixStream, state: WorkerState) -> Arc<Self> {
+        Arc::new(Serving {
+            state,
+            threads: crate::worker::threads::CallThreads::default(),
+            writer: Mutex::new(Writer {
+                socket: writer,
+                buf: Vec::new(),
+            }),
+            calls: Calls::default(),
+            // Several frames arrive in one read when the daemon is busy.
+            source: Mutex::new(Source {
+                socket: std::io::BufReader::with_capacity(64 * 1024, reader),
+                highest_id: 0,
+                early_cancels: HashSet::new(),
+                ended: false,
+            }),
+            inline_since: Default::default(),
+            inline_calls: Default::default(),
+            epoch: Instant::now(),
+            watchdog_parked: AtomicBool::new(false),
+            watchdog: std::sync::OnceLock::new(),
+            ended: (Mutex::new(false), Condvar::new()),
+        })
+    }
+}
+
+fn start_watchdog(serving: &Arc<Serving>) {
+    let watched = serving.clone();
+    match std::thread::Builder::new()
+        .name("watchdog".into())
+        .spawn(move || watch(&watched))
+    {
+        Ok(handle) => {
+            let _ = serving.watchdog.set(handle.thread().clone());
+        }
+        // Without a watchdog nothing could take over from a stuck reader: no call runs inline.
+        Err(e) => eprintln!("corral worker: no watchdog thread ({e}); every call gets a thread"),
+    }
+}
+
+/// Reads and starts calls until the socket closes, or until this thread ran a call itself for
+/// so long that another took over reading.
+fn read_loop(serving: &Arc<Serving>) {
+    let mut source = serving.source.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let req: WorkerRequest = match frame::read_blocking(&mut reader) {
+        if source.ended {
+            return;
+        }
+        let req: WorkerRequest = match frame::read_blocking(&mut source.socket) {
             Ok(Some(r)) => r,
             // The daemon closed the socket (or sent garbage): nothing more to serve. Commands
             // still running must not outlive their worker (in danger-full-access there is no
             // PID namespace to end them).
             Ok(None) | Err(_) => {
-                cancel_all_and_wait(&calls);
+                source.ended = true;
+                drop(source);
+                cancel_all_and_wait(&serving.calls);
                 crate::tools::unified_exec::close_all();
+                let (lock, cv) = &serving.ended;
+                *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                cv.notify_all();
                 return;
             }
         };
@@ -507,7 +632,8 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
             _ => None,
         };
         if let Some(target) = target {
-            let found = calls
+            let found = serving
+                .calls
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&target)
@@ -516,86 +642,67 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 (Some(c), worker_request::Call::Credit(credit)) => c.credit(credit.bytes),
                 (Some(c), worker_request::Call::UploadPiece(piece)) => c.deliver(piece),
                 (Some(c), _) => c.cancel(),
-                (None, worker_request::Call::Cancel(id)) if id > highest_id => {
+                (None, worker_request::Call::Cancel(id)) if id > source.highest_id => {
                     // Bounded: the daemon cancels only calls it started.
-                    if early_cancels.len() < 4096 {
-                        early_cancels.insert(id);
+                    if source.early_cancels.len() < 4096 {
+                        source.early_cancels.insert(id);
                     }
                 }
                 (None, _) => {}
             }
             continue;
         }
-        highest_id = highest_id.max(req.id);
-        let cancel = Arc::new(AtomicBool::new(early_cancels.remove(&req.id)));
+        source.highest_id = source.highest_id.max(req.id);
+        let cancel = Arc::new(AtomicBool::new(source.early_cancels.remove(&req.id)));
         let call_state = Arc::new(CallState::new(cancel.clone()));
-        calls
+        serving
+            .calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.id, call_state.clone());
-        let mut ctx = state.context(req.context.as_ref(), cancel);
-        // The call's own view of the runner, to report a sandbox denial with the reply.
-        let witness = Arc::new(crate::worker::commands::DenialWitness::new(
-            state.runner.clone(),
-        ));
-        ctx.runner = witness.clone();
-        let stream = req.stream;
-        let state = state.clone();
-        let call_writer = writer.clone();
-        let call_table = calls.clone();
-        let id = req.id;
-        let spawned = threads.run(move || {
-            let mut emit = |partial: worker_reply::Result, deadline: Option<Instant>| {
-                let bytes = delta_bytes(&partial);
-                if bytes > 0 && !call_state.take_window(bytes, deadline) {
-                    return;
-                }
-                let frame = WorkerReply {
-                    id,
-                    last: false,
-                    result: Some(partial),
-                    ..Default::default()
-                };
-                let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
-                let _ = frame::write_blocking(&mut *w, &frame);
+        let job = Job {
+            id: req.id,
+            context: req.context,
+            call,
+            stream: req.stream,
+            call_state,
+        };
+        // Only the last call of what arrived together runs here; those with more behind them
+        // get threads, so a burst still runs in parallel (one thread reading and answering
+        // calls one by one would be capped at one core, and at one thread's share of a busy
+        // host).
+        if runs_inline(&job.call)
+            && source.socket.buffer().is_empty()
+            && serving.watchdog.get().is_some()
+        {
+            // Free the reader role while the call runs, so the watchdog's thread can take it.
+            drop(source);
+            let started = (serving.epoch.elapsed().as_nanos() as u64).max(1);
+            serving.inline_since.store(started, Ordering::SeqCst);
+            serving.inline_calls.fetch_add(1, Ordering::Relaxed);
+            if serving.watchdog_parked.load(Ordering::SeqCst)
+                && let Some(watchdog) = serving.watchdog.get()
+            {
+                watchdog.unpark();
+            }
+            run(serving, job);
+            serving.inline_since.store(0, Ordering::SeqCst);
+            source = match serving.source.try_lock() {
+                Ok(s) => s,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                // Another thread reads now; this one goes back to the call threads.
+                Err(std::sync::TryLockError::WouldBlock) => return,
             };
-            // A panic in a tool must still answer the call (else the daemon waits for it
-            // until its deadline, or for ever): INTERNAL, and the worker serves on.
-            let inbox = call_state.clone();
-            let mut pieces = |wait: bool| inbox.next_piece(wait);
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                dispatch::execute(&ctx, &state.runner, call, stream, &mut emit, &mut pieces)
-            }))
-            .unwrap_or_else(|_| {
-                worker_reply::Result::Failure(ToolFailure {
-                    code: tonic::Code::Internal as i32,
-                    message: "the sandbox worker failed while running the call (a bug in \
-                              corral; the worker log has the panic); nothing else is affected"
-                        .into(),
-                    setup: None,
-                })
-            });
-            let result = bounded(result);
-            let (kept_processes, ended_processes) =
-                crate::tools::unified_exec::changes_of(&ctx.session_id);
-            let reply = WorkerReply {
-                id,
-                last: true,
-                result: Some(result),
-                kept_processes,
-                ended_processes,
-                sandbox_denied: witness.denied(),
-            };
-            let mut w = call_writer.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = frame::write_blocking(&mut *w, &reply);
-            drop(w);
-            call_table
+            continue;
+        }
+        let id = job.id;
+        let on_thread = serving.clone();
+        if let Err(e) = serving.threads.run(move || run(&on_thread, job)) {
+            serving
+                .calls
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&id);
-        });
-        if let Err(e) = spawned {
-            calls.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
             let reply = WorkerReply {
                 id,
                 last: true,
@@ -606,8 +713,225 @@ fn serve(mut reader: UnixStream, writer: UnixStream, state: WorkerState) {
                 })),
                 ..Default::default()
             };
-            let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
-            let _ = frame::write_blocking(&mut *w, &reply);
+            let _ = serving.writer().send(&reply);
         }
+    }
+}
+
+/// Hands the reader role to another thread when a call has run on the reader thread for longer
+/// than [`INLINE_BUDGET`].
+fn watch(serving: &Arc<Serving>) {
+    let mut rescued = 0u64;
+    let mut seen_calls = 0u64;
+    let mut idle = 0u32;
+    loop {
+        std::thread::sleep(WATCH_TICK);
+        let since = serving.inline_since.load(Ordering::SeqCst);
+        let calls = serving.inline_calls.load(Ordering::Relaxed);
+        if since == 0 && calls == seen_calls {
+            idle += 1;
+            if idle >= WATCH_IDLE_TICKS {
+                // Parked until the reader runs a call: it unparks us when it sees the flag, or
+                // we see its call here (both use SeqCst, so one of the two happens).
+                serving.watchdog_parked.store(true, Ordering::SeqCst);
+                if serving.inline_since.load(Ordering::SeqCst) == 0 {
+                    std::thread::park();
+                }
+                serving.watchdog_parked.store(false, Ordering::SeqCst);
+                idle = 0;
+            }
+            continue;
+        }
+        idle = 0;
+        seen_calls = calls;
+        let now = serving.epoch.elapsed().as_nanos() as u64;
+        if since != 0
+            && since != rescued
+            && now.saturating_sub(since) >= INLINE_BUDGET.as_nanos() as u64
+        {
+            rescued = since;
+            let reader = serving.clone();
+            if let Err(e) = serving.threads.run(move || read_loop(&reader)) {
+                eprintln!("corral worker: cannot start a thread to take over reading: {e}");
+            }
+        }
+    }
+}
+
+/// A call taken off the socket.
+struct Job {
+    id: u64,
+    context: Option<CallContext>,
+    call: worker_request::Call,
+    stream: bool,
+    call_state: Arc<CallState>,
+}
+
+/// Runs one call and sends its final reply (on the reader thread or a call thread).
+fn run(serving: &Serving, job: Job) {
+    let Job {
+        id,
+        context,
+        call,
+        stream,
+        call_state,
+    } = job;
+    let state = &serving.state;
+    let mut ctx = state.context(context.as_ref(), call_state.cancel.clone());
+    // The call's own view of the runner, to report a sandbox denial with the reply.
+    let witness = Arc::new(crate::worker::commands::DenialWitness::new(
+        state.runner.clone(),
+    ));
+    ctx.runner = witness.clone();
+    let mut emit = |partial: worker_reply::Result, deadline: Option<Instant>| {
+        let bytes = delta_bytes(&partial);
+        if bytes > 0 && !call_state.take_window(bytes, deadline) {
+            return;
+        }
+        let frame = WorkerReply {
+            id,
+            last: false,
+            result: Some(partial),
+            ..Default::default()
+        };
+        let _ = serving.writer().send(&frame);
+    };
+    // A panic in a tool must still answer the call (else the daemon waits for it until its
+    // deadline, or for ever): INTERNAL, and the worker serves on.
+    let inbox = call_state.clone();
+    let mut pieces = |wait: bool| inbox.next_piece(wait);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dispatch::execute(&ctx, &state.runner, call, stream, &mut emit, &mut pieces)
+    }))
+    .unwrap_or_else(|_| {
+        worker_reply::Result::Failure(ToolFailure {
+            code: tonic::Code::Internal as i32,
+            message: "the sandbox worker failed while running the call (a bug in corral; the \
+                      worker log has the panic); nothing else is affected"
+                .into(),
+            setup: None,
+        })
+    });
+    let result = bounded(result);
+    let (kept_processes, ended_processes) = crate::tools::unified_exec::changes_of(&ctx.session_id);
+    let reply = WorkerReply {
+        id,
+        last: true,
+        result: Some(result),
+        kept_processes,
+        ended_processes,
+        sandbox_denied: witness.denied(),
+    };
+    let _ = serving.writer().send(&reply);
+    serving
+        .calls
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::worker_request::Call;
+    use std::io::Write;
+
+    fn state(cwd: &std::path::Path) -> WorkerState {
+        WorkerState {
+            runner: Arc::new(SandboxedRunner {
+                protected_missing: Vec::new(),
+                sandboxed: false,
+                guard: None,
+                protection: Default::default(),
+            }),
+            shell: PathBuf::from("/bin/sh"),
+            network_disabled: true,
+            default_cwd: cwd.to_path_buf(),
+            patch_rules: crate::tools::apply_patch::PatchContext {
+                cwd: cwd.to_path_buf(),
+                writable_roots: Vec::new(),
+                read_only: true,
+                protected_names: Vec::new(),
+                protected_paths: Vec::new(),
+            },
+        }
+    }
+
+    fn read_request(id: u64, path: &str) -> Vec<u8> {
+        frame::encode(&WorkerRequest {
+            id,
+            context: None,
+            call: Some(Call::ReadFile(api::ReadFileRequest {
+                file_path: path.into(),
+                ..Default::default()
+            })),
+            stream: false,
+        })
+    }
+
+    fn lines_of(reply: &WorkerReply) -> usize {
+        match &reply.result {
+            Some(worker_reply::Result::ReadFile(r)) => r.lines.len(),
+            other => panic!("not a read_file reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn file_calls_are_answered_and_serve_returns_when_the_socket_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\n").unwrap();
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let writer = theirs.try_clone().unwrap();
+        let st = state(dir.path());
+        let served = std::thread::spawn(move || serve(theirs, writer, st));
+        // Several requests in one write: the reader takes them from its buffer.
+        let mut batch = Vec::new();
+        for id in 1..=3 {
+            batch.extend(read_request(id, "a.txt"));
+        }
+        ours.write_all(&batch).unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let reply: WorkerReply = frame::read_blocking(&mut ours).unwrap().unwrap();
+            assert!(reply.last);
+            assert_eq!(lines_of(&reply), 3);
+            ids.push(reply.id);
+        }
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3]);
+        ours.shutdown(std::net::Shutdown::Write).unwrap();
+        served.join().unwrap();
+    }
+
+    #[test]
+    fn a_call_stuck_on_the_reader_thread_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "one\ntwo\n").unwrap();
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        let writer = theirs.try_clone().unwrap();
+        let serving = Serving::new(theirs, writer, state(dir.path()));
+        start_watchdog(&serving);
+        // As if the reader thread had left the reader role for a call that never ends: nobody
+        // reads, and a call has been running since the start.
+        serving.inline_since.store(1, Ordering::SeqCst);
+        serving.inline_calls.fetch_add(1, Ordering::SeqCst);
+        if serving.watchdog_parked.load(Ordering::SeqCst) {
+            serving.watchdog.get().unwrap().unpark();
+        }
+        ours.write_all(&read_request(1, "a.txt")).unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let started = Instant::now();
+        let reply: WorkerReply = frame::read_blocking(&mut ours)
+            .expect("another thread took over reading and answered")
+            .unwrap();
+        assert_eq!((reply.id, lines_of(&reply)), (1, 2));
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
