@@ -17,7 +17,9 @@
 //! default `rg` on PATH), `CORRAL_BENCH_RUNS` (default 10), `CORRAL_BENCH_WARMUP` (default 2),
 //! `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench),
 //! `CORRAL_GREP_BASELINE` (a second daemon binary, e.g. a build of an earlier commit, timed as one
-//! more interleaved command: before/after in the same run), `CORRAL_BENCH_HOG` (N busy-looping
+//! more interleaved command: before/after in the same run), `CORRAL_GREP_UNCONFINED` (set: one
+//! more command, the same call in a danger-full-access session of the same daemon, i.e. without
+//! Landlock and seccomp: what confinement costs), `CORRAL_BENCH_HOG` (N busy-looping
 //! threads in this process for the whole run: a reproducible busy machine).
 
 mod support;
@@ -75,6 +77,9 @@ enum Cmd {
     Corral,
     /// The `CORRAL_GREP_BASELINE` daemon.
     Baseline,
+    /// A danger-full-access session (`CORRAL_GREP_UNCONFINED`): the same search without
+    /// Landlock, seccomp and the capability drop, to measure what confinement costs.
+    Unconfined,
     RgSorted,
     RgUnsorted,
 }
@@ -84,6 +89,7 @@ impl Cmd {
         match self {
             Cmd::Corral => "corral GrepFiles (gRPC, limit 2000)",
             Cmd::Baseline => "corral baseline build (`CORRAL_GREP_BASELINE`)",
+            Cmd::Unconfined => "corral, danger-full-access session (no Landlock/seccomp)",
             Cmd::RgSorted => "`rg -l --sortr=modified`",
             Cmd::RgUnsorted => "`rg -l`",
         }
@@ -111,13 +117,7 @@ impl Server {
         let daemon = Daemon::start_binary(bin, None)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        // A read-only session in the tree, with our PATH and no HOME.
-        let mut req = support::session_request(tree, api::SandboxMode::ReadOnly);
-        req.env.remove("HOME");
-        let session = daemon
-            .open_session(req)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let session = Server::session(&daemon, tree, api::SandboxMode::ReadOnly).await;
         let tools = ToolsClient::new(daemon.channel().await.expect("connect"));
         Server {
             daemon,
@@ -125,11 +125,23 @@ impl Server {
             session,
         }
     }
+
+    /// A session in the tree, with our PATH and no HOME.
+    async fn session(daemon: &Daemon, tree: &Path, mode: api::SandboxMode) -> String {
+        let mut req = support::session_request(tree, mode);
+        req.env.remove("HOME");
+        daemon
+            .open_session(req)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
 }
 
 struct Bench {
     corral: Server,
     baseline: Option<Server>,
+    /// A danger-full-access session on `corral`'s daemon.
+    unconfined: Option<String>,
     rg: PathBuf,
     tree: PathBuf,
 }
@@ -190,20 +202,33 @@ impl Bench {
         if self.baseline.is_some() {
             cmds.push(Cmd::Baseline);
         }
+        if self.unconfined.is_some() {
+            cmds.push(Cmd::Unconfined);
+        }
         cmds.extend([Cmd::RgSorted, Cmd::RgUnsorted]);
         cmds
     }
 
     async fn once(&mut self, cmd: Cmd, pattern: &str) -> Run {
         match cmd {
-            Cmd::Corral | Cmd::Baseline => {
-                let server = if cmd == Cmd::Corral {
-                    &mut self.corral
-                } else {
-                    self.baseline.as_mut().expect("baseline daemon")
+            Cmd::Corral | Cmd::Baseline | Cmd::Unconfined => {
+                let (server, session) = match cmd {
+                    Cmd::Baseline => {
+                        let server = self.baseline.as_mut().expect("baseline daemon");
+                        let session = server.session.clone();
+                        (server, session)
+                    }
+                    Cmd::Unconfined => {
+                        let session = self.unconfined.clone().expect("unconfined session");
+                        (&mut self.corral, session)
+                    }
+                    _ => {
+                        let session = self.corral.session.clone();
+                        (&mut self.corral, session)
+                    }
                 };
                 let req = api::GrepFilesRequest {
-                    session_id: server.session.clone(),
+                    session_id: session,
                     pattern: pattern.to_string(),
                     limit: Some(LIMIT),
                     ..Default::default()
@@ -364,8 +389,16 @@ fn main() {
 
 async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize, warmup: usize) {
     let baseline_bin = std::env::var_os("CORRAL_GREP_BASELINE").map(PathBuf::from);
+    let corral = Server::start(&support::corral_bin(), &tree).await;
+    let unconfined = match std::env::var_os("CORRAL_GREP_UNCONFINED") {
+        Some(_) => {
+            Some(Server::session(&corral.daemon, &tree, api::SandboxMode::DangerFullAccess).await)
+        }
+        None => None,
+    };
     let mut bench = Bench {
-        corral: Server::start(&support::corral_bin(), &tree).await,
+        unconfined,
+        corral,
         baseline: match &baseline_bin {
             Some(bin) => Some(Server::start(bin, &tree).await),
             None => None,
@@ -453,7 +486,7 @@ async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize,
             if vs_unsorted <= 1.0 { "met" } else { "NOT met" },
         );
         let rg_all = &last[at(Cmd::RgUnsorted)].as_ref().expect("rg ran").paths;
-        for cmd in [Cmd::Corral, Cmd::Baseline] {
+        for cmd in [Cmd::Corral, Cmd::Baseline, Cmd::Unconfined] {
             if let Some(run) = cmds
                 .iter()
                 .position(|x| *x == cmd)
