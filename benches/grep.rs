@@ -18,8 +18,9 @@
 //! `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench),
 //! `CORRAL_GREP_BASELINE` (a second daemon binary, e.g. a build of an earlier commit, timed as one
 //! more interleaved command: before/after in the same run), `CORRAL_GREP_UNCONFINED` (set: one
-//! more command, the same call in a danger-full-access session of the same daemon, i.e. without
-//! Landlock and seccomp: what confinement costs), `CORRAL_BENCH_HOG` (N busy-looping
+//! more command, the same call in a danger-full-access session of a second daemon of the same
+//! binary started with `root_callers = "trusted"`, i.e. without Landlock and seccomp: what
+//! confinement costs), `CORRAL_BENCH_HOG` (N busy-looping
 //! threads in this process for the whole run: a reproducible busy machine).
 
 mod support;
@@ -114,10 +115,19 @@ struct Server {
 
 impl Server {
     async fn start(bin: &Path, tree: &Path) -> Server {
-        let daemon = Daemon::start_binary(bin, None)
+        Server::start_with(bin, tree, None, api::SandboxMode::ReadOnly).await
+    }
+
+    async fn start_with(
+        bin: &Path,
+        tree: &Path,
+        config: Option<&str>,
+        mode: api::SandboxMode,
+    ) -> Server {
+        let daemon = Daemon::start_binary(bin, config)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let session = Server::session(&daemon, tree, api::SandboxMode::ReadOnly).await;
+        let session = Server::session(&daemon, tree, mode).await;
         let tools = ToolsClient::new(daemon.channel().await.expect("connect"));
         Server {
             daemon,
@@ -140,8 +150,8 @@ impl Server {
 struct Bench {
     corral: Server,
     baseline: Option<Server>,
-    /// A danger-full-access session on `corral`'s daemon.
-    unconfined: Option<String>,
+    /// A daemon (the same binary) that lets root open danger-full-access sessions, and one.
+    unconfined: Option<Server>,
     rg: PathBuf,
     tree: PathBuf,
 }
@@ -219,8 +229,9 @@ impl Bench {
                         (server, session)
                     }
                     Cmd::Unconfined => {
-                        let session = self.unconfined.clone().expect("unconfined session");
-                        (&mut self.corral, session)
+                        let server = self.unconfined.as_mut().expect("unconfined daemon");
+                        let session = server.session.clone();
+                        (server, session)
                     }
                     _ => {
                         let session = self.corral.session.clone();
@@ -389,16 +400,21 @@ fn main() {
 
 async fn async_main(tree: PathBuf, rg: PathBuf, rg_version: String, runs: usize, warmup: usize) {
     let baseline_bin = std::env::var_os("CORRAL_GREP_BASELINE").map(PathBuf::from);
-    let corral = Server::start(&support::corral_bin(), &tree).await;
     let unconfined = match std::env::var_os("CORRAL_GREP_UNCONFINED") {
-        Some(_) => {
-            Some(Server::session(&corral.daemon, &tree, api::SandboxMode::DangerFullAccess).await)
-        }
+        Some(_) => Some(
+            Server::start_with(
+                &support::corral_bin(),
+                &tree,
+                Some("root_callers = \"trusted\"\n"),
+                api::SandboxMode::DangerFullAccess,
+            )
+            .await,
+        ),
         None => None,
     };
     let mut bench = Bench {
         unconfined,
-        corral,
+        corral: Server::start(&support::corral_bin(), &tree).await,
         baseline: match &baseline_bin {
             Some(bin) => Some(Server::start(bin, &tree).await),
             None => None,
