@@ -73,11 +73,16 @@ impl Daemon {
 
     /// [`Daemon::start`] with `config` (TOML) as the daemon's `--config` file.
     pub async fn start_with_config(config: Option<&str>) -> Result<Daemon, String> {
+        Daemon::start_binary(&corral_bin(), config).await
+    }
+
+    /// [`Daemon::start_with_config`] with another daemon binary (an A/B comparison of builds).
+    pub async fn start_binary(bin: &Path, config: Option<&str>) -> Result<Daemon, String> {
         // The daemon's state must not lie inside a writable root (/tmp is one by default).
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let socket = dir.path().join("corral.sock");
         let log = dir.path().join("daemon.log");
-        let mut cmd = Command::new(corral_bin());
+        let mut cmd = Command::new(bin);
         cmd.args(["serve", "--log-level", "warn", "--listen"])
             .arg(format!("unix:{}", socket.display()));
         if let Some(config) = config {
