@@ -137,6 +137,10 @@ impl Actions {
                 &mut this.0,
                 cwd.as_ptr(),
             ))?;
+            // Belt and braces over close-on-exec, which every descriptor the worker holds has
+            // (its request socket is marked at start). musl has no closefrom action: the static
+            // build relies on close-on-exec alone, as fork + exec did.
+            #[cfg(not(target_env = "musl"))]
             check(libc::posix_spawn_file_actions_addclosefrom_np(
                 &mut this.0,
                 3,
