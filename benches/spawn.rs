@@ -14,10 +14,11 @@
 //!   `ReadFile` of a one-line file (round trip through the daemon and the worker, no spawn).
 //! - `OpenSession` + the first `Shell { command: ["true"] }` of a new session (a fresh directory
 //!   each time, so the session needs a worker of its own; the session is closed afterwards,
-//!   untimed), in read-only and workspace-write mode. In the round-robin the previous open of
-//!   this kind was a whole round earlier; the "back to back" variant times the second of two
-//!   opens made one right after the other, so any worker the daemon prepares ahead has had no
-//!   time to get ready.
+//!   untimed), in read-only and workspace-write mode, in a second phase after the per-call
+//!   variants, each open followed by a 40 ms pause off the clock (its background work must not
+//!   land on another variant); the "back to back" variant times the second of two opens made
+//!   one right after the other, so any worker the daemon prepares ahead has had no time to get
+//!   ready.
 //!
 //! Environment: `CORRAL_BENCH_N` (measured iterations, default 300), `CORRAL_BENCH_WARMUP`
 //! (default 30), `CORRAL_BIN` (daemon binary; default the `corral` cargo built with this bench).
@@ -32,6 +33,10 @@ use std::time::{Duration, Instant};
 use support::{Daemon, env_usize, load_average, pct, us};
 use tonic::transport::Channel;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+/// The pause after each timed open (phase two): long enough for the daemon to start its next
+/// spare worker and reap the closed session's worker.
+const OPEN_SETTLE: Duration = Duration::from_millis(40);
 
 fn run_status(cmd: &mut Command) {
     let status = cmd.status().expect("spawn");
@@ -292,11 +297,45 @@ async fn async_main(n: usize, warmup: usize) {
     bench.inner.clear();
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(n); variants.len()];
     let started = Instant::now();
+    // Two phases. An open leaves work running in the daemon after its reply (the replacement
+    // spare worker starts, the closed session's worker exits): interleaved with the per-call
+    // variants it landed on whichever variant came next (read-only Shell, which followed it in
+    // the rotation, measured ~0.3 ms slower than workspace-write for that reason alone). So the
+    // per-call variants rotate among themselves, and the opens run after them, each followed by
+    // a pause off the clock that lets that background work finish, as between a user's sessions
+    // (the back-to-back variant is the case without the pause). All ratios use phase one's
+    // bare spawn.
+    let is_open = |v: &Variant| {
+        matches!(
+            v,
+            Variant::OpenFirstReadOnly
+                | Variant::OpenFirstWorkspaceWrite
+                | Variant::OpenFirstBackToBack
+        )
+    };
+    let per_call: Vec<usize> = (0..variants.len())
+        .filter(|&j| !is_open(&variants[j]))
+        .collect();
+    let opens: Vec<usize> = (0..variants.len())
+        .filter(|&j| is_open(&variants[j]))
+        .collect();
     for i in 0..n {
-        for k in 0..variants.len() {
-            let j = (i + k) % variants.len();
+        for k in 0..per_call.len() {
+            let j = per_call[(i + k) % per_call.len()];
             let d = bench.once(variants[j]).await;
             samples[j].push(d);
+        }
+    }
+    let settle = Duration::from_millis(env_usize(
+        "CORRAL_BENCH_SETTLE_MS",
+        OPEN_SETTLE.as_millis() as usize,
+    ) as u64);
+    for i in 0..n {
+        for k in 0..opens.len() {
+            let j = opens[(i + k) % opens.len()];
+            let d = bench.once(variants[j]).await;
+            samples[j].push(d);
+            tokio::time::sleep(settle).await;
         }
     }
     let elapsed = started.elapsed();
