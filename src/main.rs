@@ -39,6 +39,25 @@ enum Command {
     Resolve,
 }
 
+/// SIGPIPE in a CLI command. From stdout whose reader left: die of it, quietly, as a Unix filter
+/// does. From the daemon's socket (a daemon that stopped mid-call): carry on, so that the write
+/// fails with EPIPE and the command reports the daemon gone with its usual error and exit code.
+/// SIGPIPE is sent to the writing thread, so the handler runs in it.
+extern "C" fn on_sigpipe(_: libc::c_int) {
+    let mut stdout = libc::pollfd {
+        fd: 1,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: poll, signal and raise are async-signal-safe; `stdout` lives for the call.
+    unsafe {
+        if libc::poll(&mut stdout, 1, 0) == 1 && stdout.revents & libc::POLLERR != 0 {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::raise(libc::SIGPIPE);
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -54,11 +73,12 @@ fn main() -> std::process::ExitCode {
             // for any Unix filter (Rust ignores SIGPIPE, so a print would panic). `corral mcp`
             // keeps it ignored: it closes the session it opened when its output breaks.
             if !matches!(cmd, ClientCommand::Mcp(_)) {
-                // SAFETY: single-threaded here (no runtime yet); SIG_DFL installs no handler.
+                // SAFETY: single-threaded here (no runtime yet); the handler only calls
+                // async-signal-safe functions.
                 let _ = unsafe {
                     nix::sys::signal::signal(
                         nix::sys::signal::Signal::SIGPIPE,
-                        nix::sys::signal::SigHandler::SigDfl,
+                        nix::sys::signal::SigHandler::Handler(on_sigpipe),
                     )
                 };
             }
