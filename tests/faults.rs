@@ -492,32 +492,6 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
     assert!(mixed >= REPS / 10, "only {mixed} kills landed mid-commit");
 }
 
-/// A small tmpfs mounted for one test (root only), unmounted on drop.
-struct SmallDisk(tempfile::TempDir);
-
-impl SmallDisk {
-    fn mount(bytes: u64) -> SmallDisk {
-        let dir = scratch();
-        let (code, out) = common::host_sh(&format!(
-            "mount -t tmpfs -o size={bytes},mode=0755 corral-test {}",
-            dir.path().display()
-        ));
-        assert_eq!(code, 0, "mount: {out}");
-        SmallDisk(dir)
-    }
-
-    fn used(&self) -> u64 {
-        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
-        (st.blocks() - st.blocks_free()) * st.fragment_size()
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = common::host_sh(&format!("umount -l {}", self.0.path().display()));
-    }
-}
-
 /// Every entry below `dir` (directories too) with the content of each file and its mode.
 fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>, u32)> {
     use std::os::unix::fs::PermissionsExt;
@@ -550,7 +524,7 @@ async fn a_full_disk_during_apply_patch_changes_nothing() {
         eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
         return;
     }
-    let disk = SmallDisk::mount(1 << 20);
+    let disk = common::SmallDisk::mount(1 << 20);
     let ws = disk.0.path();
     std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
     std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();

@@ -1460,39 +1460,13 @@ async fn a_download_client_that_stops_reading_is_cut_off_after_the_budget() {
     assert!(download(&d, &s, "big").await.is_ok());
 }
 
-/// A small tmpfs mounted for one test (root only), unmounted on drop.
-struct SmallDisk(tempfile::TempDir);
-
-impl SmallDisk {
-    fn mount(bytes: u64) -> SmallDisk {
-        let dir = scratch();
-        let (code, out) = common::host_sh(&format!(
-            "mount -t tmpfs -o size={bytes},mode=0755 corral-test {}",
-            dir.path().display()
-        ));
-        assert_eq!(code, 0, "mount: {out}");
-        SmallDisk(dir)
-    }
-
-    fn used(&self) -> u64 {
-        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
-        (st.blocks() - st.blocks_free()) * st.fragment_size()
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = common::host_sh(&format!("umount -l {}", self.0.path().display()));
-    }
-}
-
 #[tokio::test]
 async fn a_full_disk_during_an_upload_changes_nothing() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
         return;
     }
-    let disk = SmallDisk::mount(4 << 20);
+    let disk = common::SmallDisk::mount(4 << 20);
     let ws = disk.0.path();
     std::fs::write(ws.join("keep"), "old").unwrap();
     std::fs::create_dir(ws.join("tree")).unwrap();

@@ -414,22 +414,7 @@ impl CorralService {
             }
         }
         .await;
-        let (handle, replies, first) = match started {
-            Ok(s) => s,
-            Err(s) => {
-                self.finish(trace, &Outcome::code(s.code()));
-                return Err(s);
-            }
-        };
-        let stream = stream_call::<api::DownloadResponse>(
-            self.clone(),
-            trace,
-            admitted,
-            handle,
-            first,
-            replies,
-        );
-        Ok(stream)
+        stream_call::<api::DownloadResponse>(self, trace, admitted, started)
     }
 }
 

@@ -595,21 +595,7 @@ impl CorralService {
             Err(status::protection_unsettled("no worker matched"))
         }
         .await;
-        let (handle, replies, first) = match started {
-            Ok(started) => started,
-            Err(s) => {
-                self.finish(trace, &Outcome::code(s.code()));
-                return Err(s);
-            }
-        };
-        let stream = stream_call::<api::ShellStreamEvent>(
-            self.clone(),
-            trace,
-            admitted,
-            handle,
-            first,
-            replies,
-        );
+        let stream = stream_call::<api::ShellStreamEvent>(self, trace, admitted, started)?;
         Ok(Box::pin(stream))
     }
 }

@@ -31,16 +31,29 @@ pub(super) trait Streamed: Sized + Send + 'static {
     fn audit_len(&self) -> usize;
 }
 
-/// Starts moving a call's frames to a new response stream. `first` is the first frame, already
-/// read by the caller while checking the call started (`None`: the worker went away).
+/// How a streamed call started in its worker: its handle, its replies, and the first frame,
+/// already read while checking the start (`None`: the worker went away).
+pub(super) type Started = (
+    CallHandle,
+    mpsc::UnboundedReceiver<WorkerReply>,
+    Option<WorkerReply>,
+);
+
+/// Starts moving a call's frames to a new response stream; a call that failed to start is
+/// finished (metrics, audit) with its status.
 pub(super) fn stream_call<T: Streamed>(
-    service: CorralService,
+    service: &CorralService,
     trace: Trace,
     admitted: Admitted,
-    handle: CallHandle,
-    first: Option<WorkerReply>,
-    replies: mpsc::UnboundedReceiver<WorkerReply>,
-) -> CallStream<T> {
+    started: Result<Started, Status>,
+) -> Result<CallStream<T>, Status> {
+    let (handle, replies, first) = match started {
+        Ok(started) => started,
+        Err(s) => {
+            service.finish(trace, &Outcome::code(s.code()));
+            return Err(s);
+        }
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let (abort_tx, abort_rx) = oneshot::channel();
     let progress = Arc::new(Progress::default());
@@ -52,7 +65,7 @@ pub(super) fn stream_call<T: Streamed>(
         ended: false,
     };
     let pump = Pump {
-        service,
+        service: service.clone(),
         trace,
         admitted,
         handle,
@@ -63,7 +76,7 @@ pub(super) fn stream_call<T: Streamed>(
         progress,
     };
     tokio::spawn(pump.run());
-    stream
+    Ok(stream)
 }
 
 /// Where a streamed call's client is: items handed to the stream and not yet taken by the

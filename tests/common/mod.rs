@@ -732,3 +732,30 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
     }
     cond()
 }
+
+/// A small tmpfs mounted for one test (root only), unmounted on drop: a disk that fills up.
+pub struct SmallDisk(pub tempfile::TempDir);
+
+impl SmallDisk {
+    pub fn mount(bytes: u64) -> SmallDisk {
+        let dir = scratch();
+        let (code, out) = host_sh(&format!(
+            "mount -t tmpfs -o size={bytes},mode=0755 corral-test {}",
+            dir.path().display()
+        ));
+        assert_eq!(code, 0, "mount: {out}");
+        SmallDisk(dir)
+    }
+
+    /// Bytes in use on it.
+    pub fn used(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
+        (st.blocks() - st.blocks_free()) * st.fragment_size()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = host_sh(&format!("umount -l {}", self.0.path().display()));
+    }
+}
