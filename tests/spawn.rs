@@ -1,15 +1,15 @@
 //! How commands and workers are started, through a real daemon: a command is spawned
 //! (`posix_spawn`) as the leader of its own session, with every signal at its default
 //! disposition, an empty signal mask and only descriptors 0-2; and a worker started ahead of
-//! time (a spare, `corral __spare_`) serves exactly one worker's life for one user, then a new
-//! spare takes its place.
+//! time (a spare, `corral __spare_`, in a memory cgroup of its own) serves exactly one worker's
+//! life for one user, then a new spare takes its place.
 
 mod common;
 
 use common::{Daemon, TestUser, eventually, scratch};
 use corral::api;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn status_field(text: &str, key: &str) -> Vec<String> {
@@ -92,17 +92,55 @@ fn serving_uid(pid: u32) -> Option<u32> {
     uid_of(*inner.first()?)
 }
 
-async fn one_spare(d: &Daemon) -> u32 {
+/// The v1 memory cgroup directory of `pid` (`None` without a v1 memory controller; the CI
+/// machine has one).
+fn memory_cgroup(pid: u32) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
+    })?;
+    let dir = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    dir.is_dir().then_some(dir)
+}
+
+fn memory_limit(cgroup: &Path) -> Option<u64> {
+    std::fs::read_to_string(cgroup.join("memory.limit_in_bytes"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The daemon keeps this many spares started ahead (pool.rs `SPARE_WORKERS`).
+const SPARES: usize = 2;
+
+/// The spares, once all of them are ready.
+async fn spares(d: &Daemon) -> Vec<u32> {
     let mut spares = Vec::new();
     assert!(
         eventually(Duration::from_secs(10), || {
             spares = children_with_arg(d.pid(), "__spare_");
-            spares.len() == 1
+            spares.len() == SPARES
         })
         .await,
-        "expected one spare worker, found {spares:?}"
+        "expected {SPARES} spare workers, found {spares:?}"
     );
-    spares[0]
+    spares
+}
+
+/// The one worker that is new since `before`.
+fn new_worker(d: &Daemon, before: &[u32]) -> u32 {
+    let new: Vec<u32> = children_with_arg(d.pid(), "__worker")
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(new.len(), 1, "expected one new worker, found {new:?}");
+    new[0]
 }
 
 fn open_as(user: &TestUser, socket: &str, dir: &Path) -> String {
@@ -137,25 +175,65 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
     let socket = d.target().to_string();
     let (a, b) = (TestUser::create("spa"), TestUser::create("spb"));
 
-    // Before it is used a spare is the daemon's: no user's identity, not named a worker.
-    let first = one_spare(&d).await;
-    assert_eq!(uid_of(first), Some(0));
+    // Before it is used a spare is the daemon's: no user's identity, not named a worker. It
+    // already sits in a memory cgroup of its own (so no process moves between cgroups while a
+    // session opens), capped until a session gives it its limit.
+    let ready = spares(&d).await;
     assert!(children_with_arg(d.pid(), "__worker").is_empty());
+    let mut spare_cgroups = Vec::new();
+    for &spare in &ready {
+        assert_eq!(uid_of(spare), Some(0));
+        if let Some(cg) = memory_cgroup(spare) {
+            assert_ne!(
+                Some(&cg),
+                memory_cgroup(d.pid()).as_ref(),
+                "spare in the daemon's cgroup"
+            );
+            assert!(
+                !spare_cgroups.contains(&cg),
+                "two spares share {}",
+                cg.display()
+            );
+            assert_eq!(memory_limit(&cg), Some(256 << 20), "{}", cg.display());
+            spare_cgroups.push(cg);
+        }
+    }
 
     let sa = open_as(&a, &socket, &a.dir);
-    // A's session got the spare: it is now a worker, serving as A.
-    assert!(children_with_arg(d.pid(), "__worker").contains(&first));
+    // A's session got a spare: it is now a worker, serving as A, in that spare's cgroup, which
+    // now carries the session's limit (the policy default: half the host's memory).
+    let first = new_worker(&d, &[]);
+    assert!(ready.contains(&first), "{first} was not a spare");
     assert!(
         children_with_arg(d.pid(), "__spare_")
             .iter()
             .all(|p| *p != first)
     );
     assert_eq!(serving_uid(first), Some(a.uid));
+    if let Some(cg) = memory_cgroup(first) {
+        assert!(
+            spare_cgroups.contains(&cg),
+            "{} is not a spare's",
+            cg.display()
+        );
+        let sandboxed = children_with_arg(first, "__worker");
+        assert_eq!(memory_cgroup(sandboxed[0]).as_ref(), Some(&cg));
+        // The kernel rounds a limit down to whole pages.
+        let want = corral::sandbox::cgroup::default_limit_bytes();
+        let got = memory_limit(&cg).unwrap_or(0);
+        assert!(
+            got <= want && want - got < 64 << 10,
+            "{}: limit {got}, want {want}",
+            cg.display()
+        );
+    }
 
-    // A new spare replaces it; B's session gets that one, never A's worker.
-    let second = one_spare(&d).await;
-    assert_ne!(second, first);
+    // A new spare replaces it; B's session gets a spare too, never A's worker.
+    let refilled = spares(&d).await;
+    assert!(!refilled.contains(&first));
     let sb = open_as(&b, &socket, &b.dir);
+    let second = new_worker(&d, &[first]);
+    assert!(refilled.contains(&second), "{second} was not a spare");
     assert_eq!(serving_uid(second), Some(b.uid));
     assert_eq!(serving_uid(first), Some(a.uid), "A's worker still A's only");
     for (user, session) in [(&a, &sa), (&b, &sb)] {
@@ -184,6 +262,6 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
         eventually(Duration::from_secs(10), || uid_of(first).is_none()).await,
         "A's worker outlived its session"
     );
-    let third = one_spare(&d).await;
-    assert!(![first, second].contains(&third));
+    let after = spares(&d).await;
+    assert!(!after.contains(&first) && !after.contains(&second));
 }

@@ -23,9 +23,14 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-/// How many spare workers ([`Spare`]) the pool keeps started ahead. One is enough to take the
-/// binary's fork and exec off every `OpenSession` that is not back to back with another.
-const SPARE_WORKERS: usize = 1;
+/// How many spare workers ([`Spare`]) the pool keeps started ahead. Two, so that an
+/// `OpenSession` right after another still finds one: a replacement is not ready for 10–20 ms
+/// (its cgroup join waits for an RCU grace period, see [`Spare`]).
+const SPARE_WORKERS: usize = 2;
+
+/// The memory limit of a spare's cgroup until a session's spec gives it the session's own: a
+/// spare runs only the daemon's code, so this only bounds a fault in it.
+const SPARE_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// How long a new worker may take to confine itself and say it is ready.
 const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -74,15 +79,25 @@ pub struct Worker {
 /// environment, and only the daemon has the other end of its socket). Prepared ahead so that
 /// starting a session's worker skips the fork and exec of the binary. Specialised at most once:
 /// the worker reads exactly one spec, and a `Spare` is consumed by [`Worker::specialise`].
+///
+/// A spare is started **in its own memory cgroup** (when workers get one), which becomes the
+/// worker's: moving a process into a cgroup waits for an RCU grace period whenever no other
+/// move happened just before (the kernel's `cgroup_threadgroup_rwsem`), 5–16 ms on an idle
+/// host, and that wait belongs in the background, not in an `OpenSession`. Only the limit is
+/// the session's, written before the spec is sent (H11).
 pub struct Spare {
     child: tokio::process::Child,
     ours: std::os::unix::net::UnixStream,
+    /// Declared after `child`: a spare dropped unused is killed before its cgroup is removed.
+    cgroup: CgroupHold,
 }
 
 impl Spare {
-    /// Starts a worker process; `join` is the `cgroup.procs` it enters before it runs. A spare
-    /// started ahead is named `__spare_` until it gets its spec (serve.rs renames it).
-    fn start(join: Option<std::ffi::CString>, ahead: bool) -> Result<Spare, Status> {
+    /// Starts a worker process in `cgroup` (entered before it runs). A spare started ahead is
+    /// named `__spare_` until it gets its spec (serve.rs renames it).
+    fn start(cgroup: Option<WorkerCgroup>, ahead: bool) -> Result<Spare, Status> {
+        let join = cgroup.as_ref().map(WorkerCgroup::procs_path);
+        let cgroup = CgroupHold(cgroup);
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| Status::internal(format!("cannot create the worker socketpair: {e}")))?;
         let theirs_fd = theirs.as_raw_fd();
@@ -122,7 +137,11 @@ impl Spare {
         if let Some(stderr) = child.stderr.take() {
             crate::daemon::worker_log::relay(stderr, child.id());
         }
-        Ok(Spare { child, ours })
+        Ok(Spare {
+            child,
+            ours,
+            cgroup,
+        })
     }
 
     /// The process exited (or closed its end) while waiting.
@@ -141,21 +160,20 @@ impl Worker {
         spec: &WorkerSpec,
         cgroup: Option<WorkerCgroup>,
     ) -> Result<Arc<Worker>, Status> {
-        let join = cgroup.as_ref().map(|c| c.procs_path());
-        let spare = Spare::start(join, false)?;
-        Self::specialise(spare, spec, cgroup).await
+        let spare = Spare::start(cgroup, false)?;
+        Self::specialise(spare, spec).await
     }
 
-    /// Gives `spare` its spec and waits until it has confined itself. The spare must already be
-    /// in `cgroup` (see [`WorkerPool::spawn`]).
-    async fn specialise(
-        spare: Spare,
-        spec: &WorkerSpec,
-        cgroup: Option<WorkerCgroup>,
-    ) -> Result<Arc<Worker>, Status> {
-        // Released off the async threads once the worker is reaped (or on any early return).
-        let cgroup = CgroupHold(cgroup);
-        let Spare { mut child, ours } = spare;
+    /// Gives `spare` its spec and waits until it has confined itself. The spare's cgroup must
+    /// already carry the spec's limit (see [`WorkerPool::spawn`]).
+    async fn specialise(spare: Spare, spec: &WorkerSpec) -> Result<Arc<Worker>, Status> {
+        // The cgroup is released off the async threads once the worker is reaped (or on any
+        // early return).
+        let Spare {
+            mut child,
+            ours,
+            cgroup,
+        } = spare;
         let spec_json = serde_json::to_string(spec)
             .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
         let hangup = ours
@@ -675,9 +693,27 @@ impl WorkerPool {
         while !spares.closed && spares.ready.len() + spares.starting < SPARE_WORKERS {
             spares.starting += 1;
             let shared = self.spares.clone();
+            let cgroups = self.cgroups.clone();
+            let n = self.spawned.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
-                // The fork of the daemon runs on a blocking thread, not a runtime thread.
-                let started = tokio::task::spawn_blocking(|| Spare::start(None, true)).await;
+                // The cgroup and the fork of the daemon are made on a blocking thread, not a
+                // runtime thread.
+                let started = tokio::task::spawn_blocking(move || {
+                    let cgroup = match cgroups {
+                        Some(cgroups) => Some(
+                            cgroups
+                                .create(&format!("worker-{n}"), SPARE_MEMORY_BYTES)
+                                .map_err(|e| {
+                                    Status::internal(format!(
+                                        "cannot create a spare worker's memory cgroup: {e}"
+                                    ))
+                                })?,
+                        ),
+                        None => None,
+                    };
+                    Spare::start(cgroup, true)
+                })
+                .await;
                 let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
                 spares.starting -= 1;
                 match started {
@@ -801,43 +837,56 @@ impl WorkerPool {
     }
 
     async fn spawn(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
-        let spare = self.take_spare();
+        // A spare is only usable if it sits in a cgroup whenever workers get one.
+        let spare = self
+            .take_spare()
+            .filter(|s| s.cgroup.0.is_some() == self.cgroups.is_some());
         // Replace the spare taken (or start the first) while this one is specialised.
         self.prewarm();
-        let spare_pid = spare.as_ref().and_then(Spare::pid);
-        let cgroup = match &self.cgroups {
-            Some(cgroups) => {
-                let n = self.spawned.fetch_add(1, Ordering::Relaxed);
-                let (cgroups, limit) = (cgroups.clone(), policy.limits.memory_bytes);
-                let made = tokio::task::spawn_blocking(move || {
-                    let cg = cgroups.create(&format!("worker-{n}"), limit)?;
-                    // A spare enters the cgroup before it is sent its spec, so the limit covers
-                    // everything it does for the session (H11).
-                    if let Some(pid) = spare_pid {
-                        cg.add_process(pid)?;
+        let limit = policy.limits.memory_bytes;
+        let cant_limit = |e: &dyn std::fmt::Display| {
+            Status::failed_precondition(format!(
+                "sandbox unavailable: limits could not be applied: cannot create the worker's \
+                 memory cgroup or set its limit: {e}. Check the daemon may write its cgroup"
+            ))
+        };
+        let spare = match spare {
+            // The session's limit goes on before the spec, so it covers everything the worker
+            // does for the session (H11). No process moves between cgroups here.
+            Some(spare) => {
+                let spare = tokio::task::spawn_blocking(move || {
+                    if let Some(cg) = &spare.cgroup.0 {
+                        cg.set_limit(limit)?;
                     }
-                    Ok::<_, std::io::Error>(cg)
+                    Ok::<_, std::io::Error>(spare)
                 })
                 .await
                 .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
-                Some(made.map_err(|e| {
-                    Status::failed_precondition(format!(
-                        "sandbox unavailable: limits could not be applied: cannot create the \
-                         worker's memory cgroup: {e}. Check the daemon may write its cgroup"
-                    ))
-                })?)
+                spare.map_err(|e| cant_limit(&e))?
             }
-            None => None,
+            // No spare ready (opens back to back): a worker of its own, started in its cgroup.
+            None => {
+                let cgroup = match &self.cgroups {
+                    Some(cgroups) => {
+                        let n = self.spawned.fetch_add(1, Ordering::Relaxed);
+                        let cgroups = cgroups.clone();
+                        let made = tokio::task::spawn_blocking(move || {
+                            cgroups.create(&format!("worker-{n}"), limit)
+                        })
+                        .await
+                        .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
+                        Some(made.map_err(|e| cant_limit(&e))?)
+                    }
+                    None => None,
+                };
+                Spare::start(cgroup, false)?
+            }
         };
         let spec = WorkerSpec {
             policy: policy.clone(),
             degraded: self.degraded.clone(),
         };
-        match spare {
-            // A spare whose pid is gone has exited: it cannot have joined the cgroup.
-            Some(spare) if spare_pid.is_some() => Worker::specialise(spare, &spec, cgroup).await,
-            _ => Worker::spawn(&spec, cgroup).await,
-        }
+        Worker::specialise(spare, &spec).await
     }
 
     /// Stops every worker (the daemon is shutting down and no call is left on them): kills each,

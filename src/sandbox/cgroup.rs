@@ -134,16 +134,27 @@ impl WorkerCgroup {
         &self.dir
     }
 
-    fn set_limit(&self, bytes: u64) -> io::Result<()> {
+    /// Sets (or changes: a spare's cgroup gets its session's limit later) the memory limit of
+    /// everything in the cgroup, swap included.
+    pub fn set_limit(&self, bytes: u64) -> io::Result<()> {
         match self.version {
             CgroupVersion::V2 => {
                 self.write("memory.max", bytes)?;
                 self.write_if_present("memory.swap.max", 0)
             }
             CgroupVersion::V1 => {
-                self.write("memory.limit_in_bytes", bytes)?;
-                // memory+swap ≥ memory is required, so after the memory limit.
-                self.write_if_present("memory.memsw.limit_in_bytes", bytes)?;
+                // v1 refuses any step that leaves memory+swap below memory (EINVAL): a raised
+                // limit takes memory+swap first, a lowered one takes it last.
+                match self.write_if_present("memory.memsw.limit_in_bytes", bytes) {
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                        self.write("memory.limit_in_bytes", bytes)?;
+                        self.write("memory.memsw.limit_in_bytes", bytes)?;
+                    }
+                    other => {
+                        other?;
+                        self.write("memory.limit_in_bytes", bytes)?;
+                    }
+                }
                 // Without swap accounting, at least prefer reclaiming cache to swapping.
                 self.write_if_present("memory.swappiness", 0)
             }
@@ -196,12 +207,6 @@ impl WorkerCgroup {
     /// `pre_exec` closure holds no reference to the cgroup itself.
     pub fn procs_path(&self) -> CString {
         self.procs.clone()
-    }
-
-    /// Moves another process (by pid) into this cgroup.
-    pub fn add_process(&self, pid: u32) -> io::Result<()> {
-        let p = self.dir.join("cgroup.procs");
-        fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))
     }
 
     /// How many times the kernel's OOM killer acted in this cgroup (v1 `memory.oom_control`,
@@ -634,6 +639,35 @@ mod tests {
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_limit_can_be_raised_and_lowered_with_a_member_inside() {
+        let Some(cgs) = cgroups() else { return };
+        let cg = cgs.create(&unique("relimit"), 256 * MIB).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        fs::write(cg.path().join("cgroup.procs"), child.id().to_string()).unwrap();
+        let files: &[&str] = match cg.version {
+            CgroupVersion::V1 => &["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"],
+            CgroupVersion::V2 => &["memory.max"],
+        };
+        // Up (v1: memory+swap must move first) and down (it must move last).
+        for bytes in [4096 * MIB, 48 * MIB, 1024 * MIB] {
+            cg.set_limit(bytes)
+                .unwrap_or_else(|e| panic!("to {bytes}: {e}"));
+            for file in files {
+                match fs::read_to_string(cg.path().join(file)) {
+                    Ok(text) => assert_eq!(text.trim(), bytes.to_string(), "{file}"),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => panic!("{file}: {e}"),
+                }
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]
