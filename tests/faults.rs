@@ -905,11 +905,15 @@ async fn danger_full_access_commands_die_with_their_worker_and_their_daemon() {
             "{stop}: the command runs; log:\n{}",
             d.log_text()
         );
-        // The daemon's spare worker (`__spare_`, started ahead, no session's) is not part of
-        // this session and outlives a killed worker by design.
+        // The daemon's spare workers and path resolvers (`__spare_`, `__resolve`: started
+        // ahead, no session's) are not part of this session and outlive a killed worker by
+        // design.
         let below: Vec<Proc> = descendants(d.pid() as i32)
             .into_iter()
-            .filter(|p| !cmdline(p.pid).contains("__spare_"))
+            .filter(|p| {
+                let line = cmdline(p.pid);
+                !line.contains("__spare_") && !line.contains("__resolve")
+            })
             .collect();
         assert_eq!(serving_workers(&d).len(), 1);
         let t = Instant::now();

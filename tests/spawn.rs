@@ -265,3 +265,65 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
     let after = spares(&d).await;
     assert!(!after.contains(&first) && !after.contains(&second));
 }
+
+#[tokio::test]
+async fn a_spare_path_resolver_answers_one_open_as_its_caller() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: creating users and serving them needs root (CI runs as root)");
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    std::fs::set_permissions(
+        d.socket.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let socket = d.target().to_string();
+    let (a, b) = (TestUser::create("rsa"), TestUser::create("rsb"));
+    std::fs::set_permissions(&a.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let resolvers = |d: &Daemon| children_with_arg(d.pid(), "__resolve");
+    let mut ready = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            ready = resolvers(&d);
+            ready.len() == SPARES
+        })
+        .await,
+        "expected {SPARES} spare resolvers, found {ready:?}"
+    );
+    // Waiting, a spare is the daemon's.
+    for &pid in &ready {
+        assert_eq!(uid_of(pid), Some(0));
+    }
+
+    // B's open is resolved as B, not as the root that started the helper: A's private
+    // directory is refused.
+    let (code, _, err) = b.corral(
+        &socket,
+        &[
+            "open-session",
+            "--mode",
+            "read-only",
+            "--cwd",
+            a.dir.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(code, 0, "B opened a session in A's private directory");
+    assert!(
+        err.contains("PermissionDenied") || err.contains("permission"),
+        "{err}"
+    );
+    // A's own open of it works.
+    open_as(&a, &socket, &a.dir);
+    // Each helper answered once and is gone (the oldest are taken first); new ones wait in
+    // their place.
+    let mut now = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            now = resolvers(&d);
+            now.len() == SPARES && ready.iter().all(|p| uid_of(*p).is_none())
+        })
+        .await,
+        "spares before {ready:?}, now {now:?}"
+    );
+}

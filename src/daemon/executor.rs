@@ -4,6 +4,7 @@
 use crate::daemon::commands::Slot;
 use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::processes::Home;
+use crate::daemon::resolver::Resolver;
 use crate::daemon::sessions::Session;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
@@ -25,6 +26,8 @@ pub struct Executor {
     state_paths: Vec<PathBuf>,
     /// The sandbox profiles sessions may use.
     profiles: Arc<ProfileSet>,
+    /// Resolves each session's paths as its caller (§8.6 H5).
+    resolver: Resolver,
 }
 
 impl Executor {
@@ -33,7 +36,20 @@ impl Executor {
             pool: WorkerPool::new(degraded),
             state_paths,
             profiles: Arc::new(profiles),
+            resolver: Resolver::default(),
         }
+    }
+
+    /// Starts the spare workers and path resolvers that make the next `OpenSession` fast.
+    pub fn prewarm(&self) {
+        self.pool.prewarm();
+        self.resolver.prewarm();
+    }
+
+    /// Stops every worker and helper (the daemon is shutting down and no call is left).
+    pub async fn shutdown(&self) {
+        self.resolver.shutdown().await;
+        self.pool.shutdown().await;
     }
 
     pub fn profiles(&self) -> &ProfileSet {
@@ -123,7 +139,7 @@ impl Executor {
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
         };
-        let policy = crate::daemon::resolver::resolve(&params).await?;
+        let policy = self.resolver.resolve(&params).await?;
         for root in &policy.writable_roots {
             if let Some(state) = self.state_paths.iter().find(|s| s.starts_with(root)) {
                 return Err(Status::invalid_argument(format!(

@@ -67,8 +67,9 @@ pub async fn serve(
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;
-    // A worker started ahead, so the next OpenSession does not wait for the binary to exec.
-    executor.pool().prewarm();
+    // Workers and path resolvers started ahead, so the next OpenSession does not wait for the
+    // binary to exec.
+    executor.prewarm();
     let service = CorralService {
         sessions: sessions.clone(),
         executor: executor.clone(),
@@ -236,7 +237,7 @@ pub async fn serve(
     }
     expiry.abort();
     // No call is left: stop the workers, and with them every command.
-    executor.pool().shutdown().await;
+    executor.shutdown().await;
     if let Some(health) = health_only {
         health.abort();
     }
