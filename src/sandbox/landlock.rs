@@ -35,6 +35,7 @@
 //!   (`/proc/self/fd/N`) to a descriptor received from a host process, which names a file on the
 //!   host's writable mount: seccomp refuses `truncate(2)` and `O_TRUNC` opens without write
 //!   access in read-only mode (an `O_TRUNC` open with write access still needs `WRITE_FILE`).
+//!
 //! Every right that can create, change or remove anything stays handled, as in the other modes.
 //!
 //! Landlock does **not** stop metadata changes (chmod, chown, setxattr, utimensat), mknod where
