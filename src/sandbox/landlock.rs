@@ -3,7 +3,7 @@
 //! Landlock applies even to root: writes outside the allowed hierarchies fail with `EACCES`
 //! despite `CAP_DAC_OVERRIDE`. The ruleset built here:
 //! - handles every filesystem right of the newest ABI the crate knows (best effort: the crate drops
-//!   what the kernel lacks, and the status says so);
+//!   what the kernel lacks, and the status says so) — except in a read-only worker, see below;
 //! - `/`: `EXECUTE | READ_FILE | READ_DIR` (everything readable, nothing writable);
 //! - each writable root and `/dev/shm`: every handled right **except** `MAKE_CHAR`, `MAKE_BLOCK`
 //!   and `IOCTL_DEV`, so device nodes can never be created, even by root with `CAP_MKNOD`;
@@ -14,6 +14,29 @@
 //! - pathname UNIX socket connect (`RESOLVE_UNIX`, ABI ≥ 9) is among "every right", so it is
 //!   allowed only inside the writable roots;
 //! - denial logging (ABI ≥ 7) is left at the kernel's default (on for this process).
+//!
+//! **Read-only workers** ([`handled_access`]): when the namespaces layer is in force and seccomp
+//! cannot be degraded ([`Cover`]), the ruleset does not handle [`READ_ONLY_UNHANDLED`]:
+//! `EXECUTE | READ_FILE | READ_DIR` (granted on `/` anyway) and `TRUNCATE`. Landlock checks an
+//! `open` by walking from the file up to `/` until rules grant every handled right it asks for,
+//! and every open asks for `TRUNCATE` (an "optional" right, for a later `ftruncate`), so with these
+//! rights handled each read walked the whole path (18 % of a grep's CPU). Not handled, a read,
+//! directory or exec open asks Landlock for nothing and takes no walk. What they still denied, and
+//! what covers it now:
+//! - reads and execs of files not beneath this worker's `/` — detached mounts, other mount
+//!   namespaces, file handles: mounts and new namespaces are refused by Landlock itself (any
+//!   domain that handles a filesystem right may not mount), by seccomp and by the capability
+//!   drop; `open_by_handle_at` by seccomp and the capability drop; the fresh `/proc` shows only
+//!   the sandbox's processes, which all live in this mount namespace. A descriptor a host process
+//!   hands over a UNIX socket (network on) was already readable by whoever holds it;
+//! - truncation: every mount of the view is read-only except `/dev/shm` (which grants
+//!   `TRUNCATE` anyway) and `/dev/pts` (character devices only, which cannot be truncated), so
+//!   `truncate(2)` and `O_TRUNC` fail with `EROFS`. The one way out of the view is a magic link
+//!   (`/proc/self/fd/N`) to a descriptor received from a host process, which names a file on the
+//!   host's writable mount: seccomp refuses `truncate(2)` and `O_TRUNC` opens without write
+//!   access in read-only mode (an `O_TRUNC` open with write access still needs `WRITE_FILE`).
+//!
+//! Every right that can create, change or remove anything stays handled, as in the other modes.
 //!
 //! Landlock does **not** stop metadata changes (chmod, chown, setxattr, utimensat), mknod where
 //! `MAKE_CHAR` is granted, host-global syscalls, UDP, raw sockets or MPTCP. The read-only mounts,
@@ -37,7 +60,7 @@ use landlock::{
 use serde::{Deserialize, Serialize};
 
 use crate::sandbox::error::LayerError;
-use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::report::{Layer, LayerReport};
 
 const LAYER: &str = Layer::Landlock.as_str();
@@ -136,7 +159,7 @@ pub const ABI_FEATURES: [AbiFeature; 8] = [
         abi: 3,
         name: "TRUNCATE",
         network_off_only: false,
-        without: "truncate(2) is not controlled by Landlock; the read-only mounts still stop it outside the roots",
+        without: "truncate(2) is not controlled by Landlock; the read-only mounts still stop it outside the roots, and in read-only mode seccomp refuses truncate(2) and O_TRUNC opens without write access",
     },
     AbiFeature {
         abi: 4,
@@ -203,9 +226,57 @@ pub fn features(abi: Option<u32>, network: bool) -> LandlockFeatures {
     out
 }
 
-/// The rights granted on `/`.
+/// The rights granted on `/`: everything readable and executable.
 pub fn root_access() -> BitFlags<AccessFs> {
     AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir
+}
+
+/// Rights a read-only worker does not handle when [`Cover::relaxes_read_only`] holds (module
+/// documentation): those `/` grants, which then only guarded files not beneath `/`, and
+/// `TRUNCATE`, which the read-only mounts and seccomp's read-only entries stop. Each of them made
+/// every `open` walk from the file up to `/`.
+pub const READ_ONLY_UNHANDLED: [AccessFs; 4] = [
+    AccessFs::Execute,
+    AccessFs::ReadFile,
+    AccessFs::ReadDir,
+    AccessFs::Truncate,
+];
+
+/// What the layers applied around Landlock guarantee in this worker (the confinement sequence
+/// knows; Landlock is applied before seccomp, so seccomp's part is a promise that a failure to
+/// install it stops the worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cover {
+    /// The namespaces layer is in force: every mount of the view is read-only outside the
+    /// writable roots, `/dev/shm` and `/dev/pts`, and `/proc` shows only the sandbox.
+    pub read_only_mounts: bool,
+    /// seccomp may not be degraded: if it cannot be installed, confinement fails and no command
+    /// runs, so its read-only entries (`truncate`, `O_TRUNC` without write access) follow.
+    pub seccomp_required: bool,
+}
+
+impl Cover {
+    /// Nothing known about the other layers: handle every right (fail closed).
+    pub const NONE: Cover = Cover {
+        read_only_mounts: false,
+        seccomp_required: false,
+    };
+
+    /// Whether a read-only worker may leave [`READ_ONLY_UNHANDLED`] to the other layers.
+    pub fn relaxes_read_only(self) -> bool {
+        self.read_only_mounts && self.seccomp_required
+    }
+}
+
+/// The filesystem rights the ruleset handles: every right, except [`READ_ONLY_UNHANDLED`] in a
+/// read-only worker whose other layers cover them. Rules grant only handled rights.
+pub fn handled_access(policy: &SandboxPolicy, cover: Cover) -> BitFlags<AccessFs> {
+    let all = AccessFs::from_all(TARGET_ABI);
+    if policy.mode == Mode::ReadOnly && cover.relaxes_read_only() {
+        READ_ONLY_UNHANDLED.iter().fold(all, |acc, &r| acc & !r)
+    } else {
+        all
+    }
 }
 
 /// The rights granted on each writable root and `/dev/shm`: every handled right except creating
@@ -247,12 +318,13 @@ fn require_single_thread() -> Result<(), LayerError> {
     Ok(())
 }
 
-/// Builds the ruleset for `policy` and restricts the calling (only) thread with it.
+/// Builds the ruleset for `policy` and restricts the calling (only) thread with it. `cover` says
+/// what the other layers guarantee ([`handled_access`]).
 ///
 /// Fails closed when Landlock is not enforced at all; a partially enforced ruleset (older ABI)
 /// is accepted and its missing features are reported. Paths that do not exist (a missing
 /// writable root, an absent device) get no rule and are listed in the report.
-pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
+pub fn apply(policy: &SandboxPolicy, cover: Cover) -> Result<LayerReport, LayerError> {
     if !policy.mode.is_sandboxed() {
         return Ok(LayerReport::not_applicable(
             Layer::Landlock,
@@ -261,9 +333,10 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
     }
     require_single_thread()?;
 
+    let handled = handled_access(policy, cover);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(TARGET_ABI))
+        .handle_access(handled)
         .map_err(|e| ruleset_error("handling filesystem rights", e))?;
     if !policy.network {
         // Handled without any allowing rule: every TCP bind and connect is denied.
@@ -282,6 +355,11 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
                    path: &Path,
                    access: BitFlags<AccessFs>|
      -> Result<landlock::RulesetCreated, LayerError> {
+        // A rule may grant only handled rights; one left with none grants nothing.
+        let access = access & handled;
+        if access.is_empty() {
+            return Ok(created);
+        }
         match PathFd::new(path) {
             Ok(fd) => created
                 .add_rule(PathBeneath::new(fd, access))
@@ -331,9 +409,14 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
         .map(|p| p.display().to_string())
         .collect();
     let detail = format!(
-        "ABI {}; {:?}; writable: [{}]; TCP {}; enforced: {}",
+        "ABI {}; {:?}; {}; writable: [{}]; TCP {}; enforced: {}",
         abi.map_or_else(|| "unknown".into(), |a| a.to_string()),
         status.ruleset,
+        if handled == AccessFs::from_all(TARGET_ABI) {
+            "every filesystem right handled"
+        } else {
+            "read, execute and truncate rights left to the read-only mounts and seccomp"
+        },
         roots.join(", "),
         if policy.network {
             "allowed"
@@ -381,7 +464,7 @@ mod tests {
     }
 
     fn apply_in_child(p: &SandboxPolicy) -> Result<LayerReport, String> {
-        apply(p).map_err(|e| e.to_string())
+        apply(p, Cover::NONE).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -473,6 +556,129 @@ mod tests {
             Ok(())
         });
         assert!(!target.exists());
+    }
+
+    const COVERED: Cover = Cover {
+        read_only_mounts: true,
+        seccomp_required: true,
+    };
+
+    #[test]
+    fn read_only_leaves_read_and_truncate_rights_only_when_both_covers_hold() {
+        let all = AccessFs::from_all(TARGET_ABI);
+        let ro = policy(&[], false);
+        let root = TempDir::new("ll-handled");
+        let ww = policy(&[root.path()], false);
+        let relaxed = handled_access(&ro, COVERED);
+        for r in READ_ONLY_UNHANDLED {
+            assert!(!relaxed.contains(r), "{r:?} still handled");
+        }
+        // Everything that creates, changes or removes stays handled.
+        assert_eq!(
+            relaxed
+                | READ_ONLY_UNHANDLED
+                    .iter()
+                    .fold(BitFlags::empty(), |a, &r| a | r),
+            all
+        );
+        assert!(relaxed.contains(AccessFs::WriteFile | AccessFs::MakeReg | AccessFs::Refer));
+        assert!(relaxed.contains(AccessFs::MakeChar | AccessFs::IoctlDev | AccessFs::RemoveFile));
+        // Fail closed: either cover missing, or another mode, keeps every right.
+        for cover in [
+            Cover::NONE,
+            Cover {
+                read_only_mounts: false,
+                ..COVERED
+            },
+            Cover {
+                seccomp_required: false,
+                ..COVERED
+            },
+        ] {
+            assert_eq!(handled_access(&ro, cover), all, "{cover:?}");
+        }
+        assert_eq!(handled_access(&ww, COVERED), all);
+        // The rights / grants are exactly the read-only rights left unhandled, but TRUNCATE.
+        assert_eq!(
+            root_access() | AccessFs::Truncate,
+            READ_ONLY_UNHANDLED
+                .iter()
+                .fold(BitFlags::empty(), |a, &r| a | r)
+        );
+    }
+
+    #[test]
+    fn relaxed_read_only_ruleset_still_denies_every_change_and_no_longer_checks_truncate() {
+        let dir = TempDir::new("ll-relaxed");
+        let existing = dir.path().join("existing");
+        std::fs::write(&existing, "before\n").unwrap();
+        let victim = dir.path().join("victim");
+        let p = policy(&[], false);
+        // Fully handled (no cover): an O_RDONLY | O_TRUNC open is Landlock's to refuse.
+        let (p1, v1) = (p.clone(), victim.clone());
+        std::fs::write(&victim, "data\n").unwrap();
+        assert_child_ok(move || {
+            apply(&p1, Cover::NONE).map_err(|e| e.to_string())?;
+            let c = cstr(&v1);
+            // SAFETY: valid C string.
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_TRUNC) };
+            expect_errno("O_RDONLY|O_TRUNC, fully handled", fd as i64, libc::EACCES)
+        });
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "data\n");
+        let (d, ex, v) = (dir.path().to_path_buf(), existing.clone(), victim.clone());
+        assert_child_ok(move || {
+            let report = apply(&p, COVERED).map_err(|e| e.to_string())?;
+            if !report
+                .detail
+                .contains("left to the read-only mounts and seccomp")
+            {
+                return Err(format!("detail: {}", report.detail));
+            }
+            // Not handled any more: this process has no read-only mounts nor seccomp, so the
+            // open truncates — it is the other layers' job in a worker (tests/hardening_readonly).
+            let c = cstr(&v);
+            // SAFETY: valid C string.
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_TRUNC) };
+            let fd = expect_success("O_RDONLY|O_TRUNC, relaxed", fd as i64)?;
+            // SAFETY: closing the descriptor just opened.
+            unsafe { libc::close(fd as i32) };
+            // Every change is still refused, even to root.
+            let c = cstr(&ex);
+            // SAFETY: valid C string.
+            let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY) };
+            expect_errno("open for writing", fd as i64, libc::EACCES)?;
+            for script in [
+                format!("echo x >> {}", ex.display()),
+                format!("echo x > {}/new", d.display()),
+                format!("mkdir {}/sub", d.display()),
+                format!("mv {} {}/moved", ex.display(), d.display()),
+                format!("ln {} {}/hard", ex.display(), d.display()),
+                format!("ln -s {} {}/soft", ex.display(), d.display()),
+                format!("mkfifo {}/fifo", d.display()),
+                format!("rm {}", ex.display()),
+            ] {
+                sh_denied(&script, "ermission denied")?;
+            }
+            // Reading, listing, executing and the devices still work.
+            let out = sh_ok(&format!(
+                "cat {} && ls {} >/dev/null && /bin/true && echo ok > /dev/null && echo done",
+                ex.display(),
+                d.display()
+            ))?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text != "before\ndone\n" {
+                return Err(format!("unexpected output {text:?}"));
+            }
+            Ok(())
+        });
+        assert_eq!(std::fs::read_to_string(&existing).unwrap(), "before\n");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "");
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["existing", "victim"]);
     }
 
     #[test]
@@ -623,7 +829,7 @@ mod tests {
     fn refuses_a_multi_threaded_process() {
         // The test harness itself has several threads: apply must refuse before restricting.
         let _t = std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(200)));
-        let err = apply(&policy(&[], false)).unwrap_err();
+        let err = apply(&policy(&[], false), Cover::NONE).unwrap_err();
         assert!(err.message.contains("threads"), "{err}");
         // And the harness is still unrestricted.
         let dir = TempDir::new("ll-mt");
@@ -634,7 +840,7 @@ mod tests {
     fn danger_full_access_is_not_applicable() {
         let mut p = policy(&[], true);
         p.mode = Mode::DangerFullAccess;
-        let r = apply(&p).unwrap();
+        let r = apply(&p, Cover::NONE).unwrap();
         assert_eq!(r.status, LayerStatus::NotApplicable);
     }
 }

@@ -32,7 +32,7 @@ use seccompiler::{
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::sandbox::error::LayerError;
-use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::report::{Layer, LayerReport};
 
 const LAYER: &str = Layer::Seccomp.as_str();
@@ -40,12 +40,14 @@ const LAYER: &str = Layer::Seccomp.as_str();
 const FIX_SECCOMP: &str = "Use a kernel with CONFIG_SECCOMP_FILTER=y (Linux 4.14 or newer) and, \
     inside a container, a seccomp profile that allows seccomp(2), or allow degraded mode for seccomp.";
 
-/// When an entry applies, depending on the session's network setting.
+/// When an entry applies, depending on the session's mode and network setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applies {
     Always,
     NetworkOff,
     NetworkOn,
+    /// Read-only mode, either network setting.
+    ReadOnly,
 }
 
 /// The condition on the syscall's arguments under which the entry denies it.
@@ -61,6 +63,8 @@ pub enum When {
     Arg64Ne(u8, u64),
     /// Argument `arg`, compared as 32 bits, has any of these bits set.
     Arg32AnyBit(u8, &'static [u64]),
+    /// Argument `arg`, compared as 32 bits, masked with the first value, equals the second.
+    Arg32MaskedEq(u8, u64, u64),
 }
 
 /// One entry of the filter table.
@@ -84,12 +88,13 @@ impl SyscallRule {
         self.syscall.trim_start_matches("SYS_")
     }
 
-    /// Whether the entry is part of the filter for this network setting.
-    pub fn active(&self, network: bool) -> bool {
+    /// Whether the entry is part of the filter for this mode and network setting.
+    pub fn active(&self, read_only: bool, network: bool) -> bool {
         match self.applies {
             Applies::Always => true,
             Applies::NetworkOff => !network,
             Applies::NetworkOn => network,
+            Applies::ReadOnly => read_only,
         }
     }
 }
@@ -153,6 +158,16 @@ const INOTIFY: &str = "inotify instances are a per-uid, host-wide resource (128 
     instance it needs before this filter; commands get none (file watchers must poll)";
 const OPENAT2: &str = "openat2 passes its mode in memory the filter cannot read; ENOSYS makes libc \
     fall back to openat, whose mode the filter sees";
+const RO_TRUNCATE: &str = "read-only mode: Landlock does not handle TRUNCATE there (landlock.rs), \
+    and the read-only mounts do not cover a file reached through /proc/self/fd of a descriptor a \
+    host process handed over; an O_TRUNC open with write access still needs Landlock's WRITE_FILE";
+
+/// The access mode and `O_TRUNC` bits of an `open` flags argument. `O_TRUNC` truncates whatever
+/// the access mode, and access mode 3 ("check read and write permission, allow neither") asks
+/// Landlock for no write right at all, so both 0 (`O_RDONLY`) and 3 are refused with `O_TRUNC`.
+const TRUNC_ACCMODE: u64 = (libc::O_ACCMODE | libc::O_TRUNC) as u64;
+const TRUNC_RDONLY: u64 = libc::O_TRUNC as u64;
+const TRUNC_NOACCESS: u64 = (libc::O_TRUNC | libc::O_ACCMODE) as u64;
 
 /// `S_ISUID` and `S_ISGID`: either bit in a mode argument (compared as 32 bits: `mode_t` and the
 /// kernel's `umode_t` are at most 32 bits wide, and both bits lie in the low 16) denies the call.
@@ -266,6 +281,14 @@ pub const RULES: &[SyscallRule] = &[
     rule!(SYS_mknod,              Always,     When::Arg32AnyBit(1, SETID_BITS),    EPERM,  SETID),
     rule!(SYS_mknodat,            Always,     When::Arg32AnyBit(2, SETID_BITS),    EPERM,  SETID),
     rule!(SYS_openat2,            Always,     When::Always,                        ENOSYS, OPENAT2),
+    // Read-only mode: truncation by path (creat always opens for writing: not listed).
+    rule!(SYS_truncate,           ReadOnly,   When::Always,                        EPERM,  RO_TRUNCATE),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_open,               ReadOnly,   When::Arg32MaskedEq(1, TRUNC_ACCMODE, TRUNC_RDONLY),   EPERM, RO_TRUNCATE),
+    #[cfg(target_arch = "x86_64")]
+    rule!(SYS_open,               ReadOnly,   When::Arg32MaskedEq(1, TRUNC_ACCMODE, TRUNC_NOACCESS), EPERM, RO_TRUNCATE),
+    rule!(SYS_openat,             ReadOnly,   When::Arg32MaskedEq(2, TRUNC_ACCMODE, TRUNC_RDONLY),   EPERM, RO_TRUNCATE),
+    rule!(SYS_openat,             ReadOnly,   When::Arg32MaskedEq(2, TRUNC_ACCMODE, TRUNC_NOACCESS), EPERM, RO_TRUNCATE),
     // Per-uid kernel resources the caller's unsandboxed processes need.
     #[cfg(target_arch = "x86_64")]
     rule!(SYS_inotify_init,       Always,     When::Always,                        EPERM,  INOTIFY),
@@ -416,6 +439,12 @@ fn to_seccompiler(when: When) -> Result<Vec<SeccompRule>, LayerError> {
                 )?])
             })
             .collect::<Result<_, _>>()?,
+        When::Arg32MaskedEq(arg, mask, v) => vec![seccomp_rule(vec![condition(
+            arg,
+            Dword,
+            SeccompCmpOp::MaskedEq(mask),
+            v,
+        )?])?],
     })
 }
 
@@ -449,18 +478,18 @@ pub fn compile(rules: &[SyscallRule]) -> Result<Vec<BpfProgram>, LayerError> {
     Ok(programs)
 }
 
-/// The entries in force for a network setting.
-pub fn active_rules(network: bool) -> Vec<SyscallRule> {
+/// The entries in force for a mode (read-only or not) and network setting.
+pub fn active_rules(read_only: bool, network: bool) -> Vec<SyscallRule> {
     RULES
         .iter()
         .copied()
-        .filter(|r| r.active(network))
+        .filter(|r| r.active(read_only, network))
         .collect()
 }
 
-/// Every program for `network`: the table's programs, then the architecture guard.
-pub fn build(network: bool) -> Result<Vec<BpfProgram>, LayerError> {
-    let mut programs = compile(&active_rules(network))?;
+/// Every program for the mode and `network`: the table's programs, then the architecture guard.
+pub fn build(read_only: bool, network: bool) -> Result<Vec<BpfProgram>, LayerError> {
+    let mut programs = compile(&active_rules(read_only, network))?;
     programs.push(arch_guard_program());
     Ok(programs)
 }
@@ -487,17 +516,19 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
             "danger-full-access uses no seccomp filter",
         ));
     }
-    let programs = build(policy.network)?;
+    let read_only = policy.mode == Mode::ReadOnly;
+    let programs = build(read_only, policy.network)?;
     install(&programs)?;
-    let rules = active_rules(policy.network);
+    let rules = active_rules(read_only, policy.network);
     let names: BTreeSet<&str> = rules.iter().map(SyscallRule::name).collect();
     Ok(LayerReport::enforced(
         Layer::Seccomp,
         format!(
-            "{} programs ({} table entries, network {}, arch guard: foreign arch kills, x32 EPERM); \
+            "{} programs ({} table entries, {}, network {}, arch guard: foreign arch kills, x32 EPERM); \
              filtered syscalls: {}",
             programs.len(),
             rules.len(),
+            policy.mode.as_str(),
             if policy.network { "on" } else { "off" },
             names.into_iter().collect::<Vec<_>>().join(", ")
         ),
@@ -580,10 +611,12 @@ mod tests {
             );
         }
         // Both network settings compile, with the guard last.
-        for net in [false, true] {
-            let p = build(net).unwrap();
-            assert_eq!(p.len(), 3, "EPERM program, ENOSYS program, guard");
-            assert_eq!(p.last(), Some(&arch_guard_program()));
+        for read_only in [false, true] {
+            for net in [false, true] {
+                let p = build(read_only, net).unwrap();
+                assert_eq!(p.len(), 3, "EPERM program, ENOSYS program, guard");
+                assert_eq!(p.last(), Some(&arch_guard_program()));
+            }
         }
     }
 
@@ -1355,6 +1388,82 @@ mod tests {
         assert_eq!(mode_of(&d.join("ok")) & 0o7777, 0o755);
         // `cp -p` made the copy but could not give it the bit.
         assert!(d.join("copy").exists());
+    }
+
+    #[test]
+    fn read_only_mode_refuses_truncation_by_path_and_nothing_else() {
+        let dir = TempDir::new("sc-trunc");
+        let f = dir.path().join("f");
+        let c = crate::sandbox::testutil::cstr(&f);
+        let open = |c: &std::ffi::CStr, flags: i32| -> i64 {
+            // SAFETY: valid C string; the descriptor is closed at once when opened.
+            let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+            if fd >= 0 {
+                // SAFETY: closing our own descriptor.
+                unsafe { libc::close(fd) };
+            }
+            fd as i64
+        };
+        // The read-only entries are only in the read-only filter.
+        let ro: Vec<_> = active_rules(true, false);
+        let ww: Vec<_> = active_rules(false, false);
+        assert!(ro.iter().any(|r| r.name() == "truncate"));
+        assert!(!ww.iter().any(|r| r.applies == Applies::ReadOnly));
+        for read_only in [true, false] {
+            std::fs::write(&f, "data").unwrap();
+            let c = c.clone();
+            let mut p = policy(false);
+            if !read_only {
+                p.mode = Mode::WorkspaceWrite;
+            }
+            assert_child_ok(move || {
+                apply(&p).map_err(|e| e.to_string())?;
+                let refused = |what: &str, ret: i64| {
+                    if read_only {
+                        expect_errno(what, ret, libc::EPERM)
+                    } else {
+                        expect_success(what, ret).map(drop)
+                    }
+                };
+                // SAFETY: valid C string.
+                refused("truncate", unsafe { libc::truncate(c.as_ptr(), 1) } as i64)?;
+                refused("O_RDONLY|O_TRUNC", open(&c, libc::O_RDONLY | libc::O_TRUNC))?;
+                refused(
+                    "O_ACCMODE|O_TRUNC",
+                    open(&c, libc::O_ACCMODE | libc::O_TRUNC),
+                )?;
+                refused(
+                    "openat O_RDONLY|O_TRUNC|O_CLOEXEC",
+                    // SAFETY: valid C string.
+                    unsafe {
+                        libc::openat(
+                            libc::AT_FDCWD,
+                            c.as_ptr(),
+                            libc::O_RDONLY | libc::O_TRUNC | libc::O_CLOEXEC,
+                        )
+                    } as i64,
+                )?;
+                // Allowed in both modes: opens without O_TRUNC, O_TRUNC with write access
+                // (Landlock's WRITE_FILE decides those), ftruncate of a writable descriptor.
+                expect_success("O_RDONLY", open(&c, libc::O_RDONLY))?;
+                expect_success("O_WRONLY|O_TRUNC", open(&c, libc::O_WRONLY | libc::O_TRUNC))?;
+                expect_success("O_RDWR|O_TRUNC", open(&c, libc::O_RDWR | libc::O_TRUNC))?;
+                // SAFETY: valid C string.
+                let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY) };
+                let fd = expect_success("O_WRONLY", fd as i64)? as i32;
+                // SAFETY: our descriptor.
+                expect_success(
+                    "write",
+                    unsafe { libc::write(fd, b"abc".as_ptr().cast(), 3) } as i64,
+                )?;
+                // SAFETY: our descriptor.
+                expect_success("ftruncate", unsafe { libc::ftruncate(fd, 2) } as i64)?;
+                // SAFETY: our descriptor.
+                unsafe { libc::close(fd) };
+                Ok(())
+            });
+            assert_eq!(std::fs::read_to_string(&f).unwrap(), "ab");
+        }
     }
 
     #[test]

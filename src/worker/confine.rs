@@ -58,6 +58,9 @@ pub fn confine(
     let daemon_uid = nix::unistd::geteuid().as_raw();
     // Whether this process holds capabilities of its own user namespace (set below).
     let mut in_own_user_namespace = false;
+    // Whether the read-only view is in place (read by Landlock, which leaves some read-only-mode
+    // rights to it).
+    let mut read_only_mounts = false;
 
     // 1. Namespaces and the filesystem view, while still privileged. Without root, the
     //    privilege is that of a user namespace entered first (the daemon's uid mapped to
@@ -72,6 +75,7 @@ pub fn confine(
             in_own_user_namespace = true;
         }
         namespaces::enter_namespaces(policy)?;
+        read_only_mounts = true;
         detail.push("mount, pid, uts, ipc (and net when off)".to_string());
         Ok(LayerReport::enforced(Layer::Namespaces, detail.join("; ")))
     })?;
@@ -126,8 +130,15 @@ pub fn confine(
         }
         // 4. no_new_privs, before Landlock and seccomp.
         step(Layer::NoNewPrivs, &mut caps::set_no_new_privs)?;
-        // 5. Landlock.
-        step(Layer::Landlock, &mut || landlock::apply(policy))?;
+        // 5. Landlock. It may leave reads and truncation to the read-only view and seccomp only
+        //    when both are certain: the view was built, and seccomp, applied next, may not be
+        //    skipped (its failure stops confinement before anything runs).
+        let cover = landlock::Cover {
+            read_only_mounts,
+            seccomp_required: !(Layer::Seccomp.can_be_degraded()
+                && degraded.contains(&Layer::Seccomp)),
+        };
+        step(Layer::Landlock, &mut || landlock::apply(policy, cover))?;
         // 6. seccomp, last of the filters: it also forbids what the steps above needed.
         step(Layer::Seccomp, &mut || seccomp::apply(policy))?;
     } else {
