@@ -469,14 +469,28 @@ impl CallGuard {
         let mut trash = Vec::new();
         let mut state = lock(&self.inner.state);
         drain(&self.inner, &mut state, &mut trash);
+        // One stat per watched directory serves both checks below (the roots are usually the
+        // watched directories): syscalls are what a call pays for here.
+        let seen: Vec<(&Path, Option<std::fs::Metadata>)> = self
+            .watched
+            .iter()
+            .map(|d| (d.as_path(), std::fs::symlink_metadata(d).ok()))
+            .collect();
         let dirty = state.calls.get(&self.id).is_none_or(|a| a.dirty)
-            || !self.watched.iter().all(|d| still_watched(&state, d));
+            || !seen
+                .iter()
+                .all(|(d, m)| still_watched(&state, d, m.as_ref()));
         let mut report = if dirty {
             sweep(&self.guarded, &mut trash)
         } else {
             GuardReport::default()
         };
-        report.roots_restored = restore_roots(&self.inner.roots);
+        report.roots_restored = restore_roots_with(&self.inner.roots, |root| {
+            match seen.iter().find(|(d, _)| *d == root) {
+                Some((_, m)) => m.clone(),
+                None => std::fs::symlink_metadata(root).ok(),
+            }
+        });
         // Other calls guarding what this sweep took away hear of it too.
         share(&mut state, &report, Some(self.id));
         if let Some(active) = state.calls.remove(&self.id) {
@@ -492,15 +506,12 @@ impl CallGuard {
     }
 }
 
-/// Whether `dir`'s watch is still on the directory its path leads to.
-fn still_watched(state: &State, dir: &Path) -> bool {
-    let Some(w) = state.dirs.get(dir) else {
+/// Whether `dir`'s watch is still on the directory its path leads to (`now`: its metadata).
+fn still_watched(state: &State, dir: &Path, now: Option<&std::fs::Metadata>) -> bool {
+    let (Some(w), Some(m)) = (state.dirs.get(dir), now) else {
         return false;
     };
-    !w.lost
-        && std::fs::symlink_metadata(dir)
-            .map(|m| (m.dev(), m.ino()) == w.id)
-            .unwrap_or(false)
+    !w.lost && (m.dev(), m.ino()) == w.id
 }
 
 impl Drop for CallGuard {
@@ -796,9 +807,18 @@ fn with_writable_parent(path: &Path, remove: impl Fn() -> io::Result<()>) {
 
 /// H14: clears group/other write bits a root gained since the worker started.
 fn restore_roots(roots: &[(PathBuf, u32)]) -> Vec<(PathBuf, u32)> {
+    restore_roots_with(roots, |root| std::fs::symlink_metadata(root).ok())
+}
+
+/// [`restore_roots`] with each root's current metadata from `stat` (a finishing call has most
+/// of them already).
+fn restore_roots_with(
+    roots: &[(PathBuf, u32)],
+    stat: impl Fn(&Path) -> Option<std::fs::Metadata>,
+) -> Vec<(PathBuf, u32)> {
     let mut restored = Vec::new();
     for (root, original) in roots {
-        let Ok(meta) = std::fs::symlink_metadata(root) else {
+        let Some(meta) = stat(root) else {
             continue;
         };
         let now = meta.mode() & 0o7777;
