@@ -4,7 +4,8 @@
 //! the host would be visible to host tools. So while a call runs, the worker guards each guarded
 //! path (`.git`, `.codex`, `.agents`, `HEAD` at a root's top, a `.git` file's missing gitdir)
 //! that was absent when the call started, and takes away any that appears — at once, on the
-//! inotify event, and again in a rescan every 200 ms and when the call ends.
+//! inotify event, and again in a rescan every 200 ms and when the call ends (which reads the
+//! events still queued, and rescans every guarded path when inotify may have missed one).
 //!
 //! Taking it away must work against a sandbox that prepared for it (H1): a tree whose owner
 //! removed its own write bits cannot be emptied, so the name is first **renamed** to a
