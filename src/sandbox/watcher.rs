@@ -4,7 +4,8 @@
 //! the host would be visible to host tools. So while a call runs, the worker guards each guarded
 //! path (`.git`, `.codex`, `.agents`, `HEAD` at a root's top, a `.git` file's missing gitdir)
 //! that was absent when the call started, and takes away any that appears — at once, on the
-//! inotify event, and again in a rescan every 200 ms and when the call ends.
+//! inotify event, and again in a rescan every 200 ms and when the call ends (which reads the
+//! events still queued, and rescans every guarded path when inotify may have missed one).
 //!
 //! Taking it away must work against a sandbox that prepared for it (H1): a tree whose owner
 //! removed its own write bits cannot be emptied, so the name is first **renamed** to a
@@ -29,12 +30,15 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Backstop rescan interval, for anything inotify missed (queue overflow, a watch lost, a
 /// guarded path whose parent was replaced).
 const RESCAN: Duration = Duration::from_millis(200);
+
+/// How long the worker must be idle (no call guarded) before the watcher thread sleeps.
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Attempts to take away a name that is being refilled concurrently.
 const REMOVE_ATTEMPTS: usize = 20;
@@ -124,13 +128,36 @@ impl GuardReport {
 struct Active {
     guarded: Vec<PathBuf>,
     report: GuardReport,
+    /// Something inotify may have missed for this call (a queue overflow, a watch lost, a
+    /// guarded path's directory not watched or on a filesystem whose events are incomplete):
+    /// its final scan must look at every guarded path, not only at what events named.
+    dirty: bool,
 }
 
-#[derive(Default)]
+/// One watched directory. Watches are kept for the worker's life (its guarded paths never
+/// change), so a call neither adds nor removes one unless the directory was replaced.
+struct Watch {
+    wd: i32,
+    /// `(st_dev, st_ino)` of the directory the watch is on: a call re-checks that the path
+    /// still leads there (an ancestor renamed and replaced sends no event on this watch).
+    id: (u64, u64),
+    /// The kernel dropped the watch (`IN_IGNORED`: the directory was deleted, its filesystem
+    /// unmounted). Inode numbers are reused, so `id` alone cannot tell.
+    lost: bool,
+    /// The filesystem reports every creation to inotify (a local one), so no event means no
+    /// new name. Elsewhere (NFS, FUSE, ...) a call always rescans at its end.
+    complete: bool,
+}
+
 struct State {
     calls: HashMap<u64, Active>,
-    /// Watched directory → (watch descriptor, number of calls watching it).
-    dirs: HashMap<PathBuf, (i32, usize)>,
+    dirs: HashMap<PathBuf, Watch>,
+    /// The watcher thread sleeps on `Inner::wake` (no events, no rescans) while no call is
+    /// active; `begin` wakes it.
+    parked: bool,
+    /// When the last call ended: the thread parks once the worker has been idle a while, not
+    /// between back-to-back calls (waking it would cost every call).
+    last_end: Instant,
 }
 
 struct Inner {
@@ -138,6 +165,7 @@ struct Inner {
     /// Each writable root and the permission bits it had when the worker started.
     roots: Vec<(PathBuf, u32)>,
     state: Mutex<State>,
+    wake: Condvar,
     /// Quarantined trees not yet deleted. Pushed under `state`'s lock by the sweep that renamed
     /// them; emptied only under `deleting`, so a finishing call waits for a deletion the watcher
     /// thread has in hand and retries one that failed (its directory was briefly `0555`).
@@ -179,7 +207,13 @@ impl Guard {
                 // SAFETY: a fresh descriptor we own.
                 inotify: unsafe { OwnedFd::from_raw_fd(ino) },
                 roots,
-                state: Mutex::default(),
+                state: Mutex::new(State {
+                    calls: HashMap::new(),
+                    dirs: HashMap::new(),
+                    parked: false,
+                    last_end: Instant::now(),
+                }),
+                wake: Condvar::new(),
                 trash: Mutex::default(),
                 deleting: Mutex::default(),
                 thread: OnceLock::new(),
@@ -212,38 +246,25 @@ impl Guard {
         }
         let id = self.inner.next.fetch_add(1, Ordering::SeqCst);
         let mut state = lock(&self.inner.state);
+        // Events queued since the last look first: a watch the kernel dropped must be known
+        // before it is trusted below.
+        let mut trash = Vec::new();
+        drain(&self.inner, &mut state, &mut trash);
+        lock(&self.inner.trash).append(&mut trash);
         // Watches first, then the existence check: a name created in between is either seen as
         // existing (left alone) or reported by inotify — never missed.
-        let mut watched = Vec::new();
+        let mut watched: Vec<PathBuf> = Vec::new();
+        let mut dirty = false;
         for dir in paths.iter().filter_map(|p| p.parent()) {
-            if watched.iter().any(|d: &PathBuf| d == dir) {
+            if watched.iter().any(|d| d == dir) {
                 continue;
             }
-            if let Some((_, users)) = state.dirs.get_mut(dir) {
-                *users += 1;
-                watched.push(dir.to_path_buf());
-                continue;
+            match arm(&self.inner, &mut state, dir)? {
+                Some(true) => watched.push(dir.to_path_buf()),
+                // Not watched (a directory that does not exist cannot gain a name until it is
+                // created; the rescans cover that) or events incomplete: scan it all at the end.
+                Some(false) | None => dirty = true,
             }
-            let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-            let mask =
-                libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
-            // SAFETY: valid descriptor and C string.
-            let wd = unsafe {
-                libc::inotify_add_watch(self.inner.inotify.as_raw_fd(), c.as_ptr(), mask)
-            };
-            if wd < 0 {
-                let e = io::Error::last_os_error();
-                // A directory that does not exist cannot gain a name (the rescan still covers
-                // one created later); anything else is a real failure.
-                if e.kind() == io::ErrorKind::NotFound {
-                    continue;
-                }
-                release_dirs(&self.inner, &mut state, &watched);
-                return Err(e);
-            }
-            state.dirs.insert(dir.to_path_buf(), (wd, 1));
-            watched.push(dir.to_path_buf());
         }
         let guarded: Vec<PathBuf> = paths
             .iter()
@@ -255,8 +276,12 @@ impl Guard {
             Active {
                 guarded: guarded.clone(),
                 report: GuardReport::default(),
+                dirty,
             },
         );
+        if state.parked {
+            self.inner.wake.notify_one();
+        }
         Ok(CallGuard {
             inner: Arc::clone(&self.inner),
             id,
@@ -267,11 +292,151 @@ impl Guard {
     }
 }
 
+/// Makes sure `dir` is watched, on the directory its path leads to now. `Some(complete)`:
+/// watched, and whether its events can be trusted to name every new entry; `None`: it does not
+/// exist. Adds (or replaces) a watch only when the directory is new or was replaced.
+fn arm(inner: &Inner, state: &mut State, dir: &Path) -> io::Result<Option<bool>> {
+    let now = match std::fs::symlink_metadata(dir) {
+        Ok(m) => (m.dev(), m.ino()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if let Some(w) = state.dirs.get(dir)
+        && !w.lost
+        && w.id == now
+    {
+        return Ok(Some(w.complete));
+    }
+    if let Some(old) = state.dirs.remove(dir)
+        && !old.lost
+        && !state.dirs.values().any(|w| w.wd == old.wd)
+    {
+        // SAFETY: removing our own watch of a directory that was replaced.
+        unsafe { libc::inotify_rm_watch(inner.inotify.as_raw_fd(), old.wd) };
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
+    // SAFETY: valid descriptor and C string.
+    let wd = unsafe { libc::inotify_add_watch(inner.inotify.as_raw_fd(), c.as_ptr(), mask) };
+    if wd < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::NotFound {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    // The path may have been swapped between the stat and the watch: then the watch is on
+    // another directory than `now`, and the next call re-arms it (this one scans all at its end).
+    let after = std::fs::symlink_metadata(dir)
+        .map(|m| (m.dev(), m.ino()))
+        .ok();
+    let complete = after == Some(now) && events_complete(dir);
+    state.dirs.insert(
+        dir.to_path_buf(),
+        Watch {
+            wd,
+            id: now,
+            lost: after != Some(now),
+            complete,
+        },
+    );
+    Ok(Some(complete))
+}
+
+/// Whether `dir`'s filesystem reports every new name to inotify: local filesystems do (every
+/// creation goes through this kernel's VFS); network and FUSE filesystems can change behind it.
+fn events_complete(dir: &Path) -> bool {
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    const BTRFS: i64 = 0x9123_683E;
+    const TMPFS: i64 = 0x0102_1994;
+    const F2FS: i64 = 0xF2F5_2010;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs into a zeroed struct we own.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid C string and out pointer.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between libcs.
+    let kind = st.f_type as i64;
+    matches!(kind, EXT4 | XFS | BTRFS | TMPFS | F2FS)
+}
+
+/// Reads and handles every queued event (never blocks): marks dropped watches lost, marks
+/// every active call dirty on an overflow or a lost watch, and takes away the guarded names
+/// the events name, reporting them to every call guarding them. Returns whether the queue
+/// overflowed. Called with `state` locked, so an event is handled before any call can end.
+fn drain(inner: &Inner, state: &mut State, trash: &mut Vec<PathBuf>) -> bool {
+    let mut buf = [0u8; 4096];
+    let mut events = Vec::new();
+    loop {
+        // SAFETY: reading into our buffer; the descriptor is non-blocking.
+        let len = unsafe {
+            libc::read(
+                inner.inotify.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if len <= 0 {
+            break;
+        }
+        events.extend(parse_events(&buf[..len as usize]));
+    }
+    handle_events(state, &events, trash)
+}
+
+/// [`drain`]'s handling of the events read.
+fn handle_events(
+    state: &mut State,
+    events: &[(i32, u32, OsString)],
+    trash: &mut Vec<PathBuf>,
+) -> bool {
+    let mut overflow = false;
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for (wd, mask, name) in events {
+        if mask & libc::IN_Q_OVERFLOW != 0 {
+            overflow = true;
+            continue;
+        }
+        // Two paths may lead to one directory (a bind mount): one watch, both paths.
+        for (dir, w) in state.dirs.iter_mut().filter(|(_, w)| w.wd == *wd) {
+            if mask & libc::IN_IGNORED != 0 {
+                w.lost = true;
+                overflow = true;
+                continue;
+            }
+            let path = dir.join(name);
+            if state.calls.values().any(|a| a.guarded.contains(&path)) {
+                candidates.push(path);
+            }
+        }
+    }
+    if overflow {
+        for a in state.calls.values_mut() {
+            a.dirty = true;
+        }
+    }
+    if !candidates.is_empty() {
+        candidates.sort();
+        candidates.dedup();
+        let found = sweep(&candidates, trash);
+        share(state, &found, None);
+    }
+    overflow
+}
+
 /// One call's registration; [`CallGuard::finish`] ends it with a final scan.
 pub struct CallGuard {
     inner: Arc<Inner>,
     id: u64,
     guarded: Vec<PathBuf>,
+    /// The directories whose watches this call relies on.
     watched: Vec<PathBuf>,
     finished: bool,
 }
@@ -294,12 +459,39 @@ impl CallGuard {
     }
 
     /// Runs the final scan, stops guarding and reports what was found during the call.
+    ///
+    /// Every name the command created is in the inotify queue once it has exited (the kernel
+    /// queues the event inside the creating system call), so the final scan reads the queue
+    /// and takes away what it names. Only when inotify may have missed something (the call
+    /// is dirty, or a watched path now leads to another directory) does it look at every
+    /// guarded path.
     pub fn finish(mut self) -> GuardReport {
         self.finished = true;
         let mut trash = Vec::new();
         let mut state = lock(&self.inner.state);
-        let mut report = sweep(&self.guarded, &mut trash);
-        report.roots_restored = restore_roots(&self.inner.roots);
+        drain(&self.inner, &mut state, &mut trash);
+        // One stat per watched directory serves both checks below (the roots are usually the
+        // watched directories): syscalls are what a call pays for here.
+        let seen: Vec<(&Path, Option<std::fs::Metadata>)> = self
+            .watched
+            .iter()
+            .map(|d| (d.as_path(), std::fs::symlink_metadata(d).ok()))
+            .collect();
+        let dirty = state.calls.get(&self.id).is_none_or(|a| a.dirty)
+            || !seen
+                .iter()
+                .all(|(d, m)| still_watched(&state, d, m.as_ref()));
+        let mut report = if dirty {
+            sweep(&self.guarded, &mut trash)
+        } else {
+            GuardReport::default()
+        };
+        report.roots_restored = restore_roots_with(&self.inner.roots, |root| {
+            match seen.iter().find(|(d, _)| *d == root) {
+                Some((_, m)) => m.clone(),
+                None => std::fs::symlink_metadata(root).ok(),
+            }
+        });
         // Other calls guarding what this sweep took away hear of it too.
         share(&mut state, &report, Some(self.id));
         if let Some(active) = state.calls.remove(&self.id) {
@@ -307,8 +499,7 @@ impl CallGuard {
             all.merge(report);
             report = all;
         }
-        let watched = std::mem::take(&mut self.watched);
-        release_dirs(&self.inner, &mut state, &watched);
+        state.last_end = Instant::now();
         lock(&self.inner.trash).append(&mut trash);
         drop(state);
         empty_trash(&self.inner);
@@ -316,40 +507,42 @@ impl CallGuard {
     }
 }
 
+/// Whether `dir`'s watch is still on the directory its path leads to (`now`: its metadata).
+fn still_watched(state: &State, dir: &Path, now: Option<&std::fs::Metadata>) -> bool {
+    let (Some(w), Some(m)) = (state.dirs.get(dir), now) else {
+        return false;
+    };
+    !w.lost && (m.dev(), m.ino()) == w.id
+}
+
 impl Drop for CallGuard {
     fn drop(&mut self) {
         if !self.finished {
             let mut state = lock(&self.inner.state);
             state.calls.remove(&self.id);
-            let watched = std::mem::take(&mut self.watched);
-            release_dirs(&self.inner, &mut state, &watched);
-        }
-    }
-}
-
-fn release_dirs(inner: &Inner, state: &mut State, dirs: &[PathBuf]) {
-    for dir in dirs {
-        let gone = match state.dirs.get_mut(dir) {
-            Some((_, users)) => {
-                *users -= 1;
-                *users == 0
-            }
-            None => false,
-        };
-        if gone && let Some((wd, _)) = state.dirs.remove(dir) {
-            // SAFETY: removing our own watch; an already-gone watch just fails.
-            unsafe { libc::inotify_rm_watch(inner.inotify.as_raw_fd(), wd) };
+            state.last_end = Instant::now();
         }
     }
 }
 
 fn watch_loop(inner: &Inner) {
-    let mut buf = vec![0u8; 64 * 1024];
     // The rescan runs on a clock, not only when inotify is quiet: a sandbox that keeps a watched
     // directory busy must not postpone it (a guarded path whose parent appeared later is found
     // by the rescan alone).
-    let mut last_rescan = std::time::Instant::now();
+    let mut last_rescan = Instant::now();
     loop {
+        {
+            // Idle a while: sleep until a call begins, rather than waking for every name
+            // created in a watched directory (the watches stay) and every rescan tick.
+            let mut state = lock(&inner.state);
+            if state.calls.is_empty() && state.last_end.elapsed() >= PARK_AFTER {
+                state.parked = true;
+                while state.calls.is_empty() {
+                    state = inner.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+                state.parked = false;
+            }
+        }
         let mut fds = [libc::pollfd {
             fd: inner.inotify.as_raw_fd(),
             events: libc::POLLIN,
@@ -364,60 +557,29 @@ fn watch_loop(inner: &Inner) {
             std::thread::sleep(RESCAN);
             continue;
         }
-        let mut candidates: Vec<PathBuf> = Vec::new();
         let mut rescan = n == 0 || last_rescan.elapsed() >= RESCAN;
         if rescan {
-            last_rescan = std::time::Instant::now();
+            last_rescan = Instant::now();
         }
-        if n > 0 {
-            // SAFETY: reading into our buffer.
-            let len = unsafe {
-                libc::read(
-                    inner.inotify.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if len > 0 {
-                let state = lock(&inner.state);
-                for (wd, mask, name) in parse_events(&buf[..len as usize]) {
-                    if mask & libc::IN_Q_OVERFLOW != 0 {
-                        rescan = true;
-                        continue;
-                    }
-                    let Some(dir) = state
-                        .dirs
-                        .iter()
-                        .find(|(_, (w, _))| *w == wd)
-                        .map(|(d, _)| d.clone())
-                    else {
-                        continue;
-                    };
-                    let path = dir.join(&name);
-                    if state.calls.values().any(|a| a.guarded.contains(&path)) {
-                        candidates.push(path);
-                    }
-                }
-            }
-        }
-        // Sweep and report under one lock, so no call can finish between a removal and its
-        // report; delete the quarantined trees after.
+        // Read, sweep and report under one lock, so no call can finish between a removal and
+        // its report, nor between the read of an event and its handling; delete the
+        // quarantined trees after.
         let mut trash = Vec::new();
         {
             let mut state = lock(&inner.state);
-            if state.calls.is_empty() {
-                continue;
-            }
-            if rescan {
-                candidates.extend(state.calls.values().flat_map(|a| a.guarded.iter().cloned()));
-            }
-            candidates.sort();
-            candidates.dedup();
-            let mut found = sweep(&candidates, &mut trash);
-            if rescan {
+            rescan |= drain(inner, &mut state, &mut trash);
+            if rescan && !state.calls.is_empty() {
+                let mut all: Vec<PathBuf> = state
+                    .calls
+                    .values()
+                    .flat_map(|a| a.guarded.iter().cloned())
+                    .collect();
+                all.sort();
+                all.dedup();
+                let mut found = sweep(&all, &mut trash);
                 found.roots_restored = restore_roots(&inner.roots);
+                share(&mut state, &found, None);
             }
-            share(&mut state, &found, None);
             lock(&inner.trash).append(&mut trash);
         }
         empty_trash(inner);
@@ -646,9 +808,18 @@ fn with_writable_parent(path: &Path, remove: impl Fn() -> io::Result<()>) {
 
 /// H14: clears group/other write bits a root gained since the worker started.
 fn restore_roots(roots: &[(PathBuf, u32)]) -> Vec<(PathBuf, u32)> {
+    restore_roots_with(roots, |root| std::fs::symlink_metadata(root).ok())
+}
+
+/// [`restore_roots`] with each root's current metadata from `stat` (a finishing call has most
+/// of them already).
+fn restore_roots_with(
+    roots: &[(PathBuf, u32)],
+    stat: impl Fn(&Path) -> Option<std::fs::Metadata>,
+) -> Vec<(PathBuf, u32)> {
     let mut restored = Vec::new();
     for (root, original) in roots {
-        let Ok(meta) = std::fs::symlink_metadata(root) else {
+        let Some(meta) = stat(root) else {
             continue;
         };
         let now = meta.mode() & 0o7777;
@@ -673,7 +844,6 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
     use std::sync::atomic::AtomicUsize;
-    use std::time::Instant;
 
     struct Scratch(PathBuf);
     impl Scratch {
@@ -865,6 +1035,179 @@ mod tests {
         assert_eq!(report.roots_restored, vec![(root.clone(), 0o755)]);
         let mode = std::fs::metadata(&root).unwrap().mode() & 0o7777;
         assert_eq!(mode, 0o755, "group/other write cleared, the rest kept");
+    }
+
+    /// The final scan reads the event queue rather than stat'ing every guarded path: a name
+    /// the command creates just before it exits is still taken away and reported, whether the
+    /// watcher thread or the final scan handles its event first.
+    #[test]
+    fn a_name_created_just_before_the_end_is_always_taken_away() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("file"), "f").unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        for i in 0..200 {
+            let call = guard.begin(&names(&root)).unwrap();
+            let name = &names(&root)[i % 4];
+            match i % 4 {
+                0 => std::fs::create_dir(name).unwrap(),
+                1 => symlink("/", name).unwrap(),
+                2 => std::fs::hard_link(root.join("file"), name).unwrap(),
+                _ => {
+                    std::fs::create_dir(root.join("t")).unwrap();
+                    std::fs::rename(root.join("t"), name).unwrap();
+                }
+            }
+            let report = call.finish();
+            assert_eq!(report.removed, vec![name.clone()], "round {i}");
+            assert!(std::fs::symlink_metadata(name).is_err(), "round {i}");
+        }
+        assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
+        assert_eq!(std::fs::read_to_string(root.join("file")).unwrap(), "f");
+    }
+
+    /// Watches are kept between calls; a root replaced in between (an ancestor renamed, a new
+    /// directory in its place: no event on the old watch) is watched again, and one replaced
+    /// during a call makes the final scan look at every guarded path.
+    #[test]
+    fn a_replaced_root_is_still_guarded() {
+        let s = Scratch::new();
+        let root = s.0.join("a/root");
+        std::fs::create_dir_all(&root).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
+
+        // Between calls.
+        std::fs::rename(s.0.join("a"), s.0.join("old1")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        let ino = std::fs::metadata(&root).unwrap().ino();
+        let call = guard.begin(&names(&root)).unwrap();
+        {
+            let state = lock(&guard.inner.state);
+            let w = &state.dirs[&root];
+            assert!(
+                !w.lost && w.id.1 == ino,
+                "the watch follows the new directory"
+            );
+            assert!(!state.calls[&call.id].dirty);
+        }
+        std::fs::write(root.join(".codex"), "x").unwrap();
+        assert!(wait_gone(&root.join(".codex")));
+        assert_eq!(call.finish().removed, vec![root.join(".codex")]);
+
+        // During a call, finishing at once (before any rescan).
+        let call = guard.begin(&names(&root)).unwrap();
+        std::fs::rename(s.0.join("a"), s.0.join("old2")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir(root.join(".git")).unwrap();
+        assert_eq!(call.finish().removed, vec![root.join(".git")]);
+        assert!(std::fs::symlink_metadata(root.join(".git")).is_err());
+    }
+
+    /// A root deleted and created again between calls (its inode number may well be reused)
+    /// loses its watch: the next call sees the kernel's `IN_IGNORED` and watches it again, so
+    /// its events arrive (no full scan needed).
+    #[test]
+    fn a_recreated_root_is_watched_again() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
+        let old_wd = lock(&guard.inner.state).dirs[&root].wd;
+        std::fs::remove_dir(&root).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        let mut state = lock(&guard.inner.state);
+        assert_ne!(state.dirs[&root].wd, old_wd);
+        assert!(!state.calls[&call.id].dirty);
+        // With the watcher thread held off by the lock, the event alone names the path.
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let mut trash = Vec::new();
+        drain(&guard.inner, &mut state, &mut trash);
+        assert_eq!(
+            state.calls[&call.id].report.removed,
+            vec![root.join("HEAD")]
+        );
+        lock(&guard.inner.trash).append(&mut trash);
+        drop(state);
+        assert_eq!(call.finish().removed, vec![root.join("HEAD")]);
+        assert!(std::fs::symlink_metadata(root.join("HEAD")).is_err());
+    }
+
+    /// An overflowed event queue has lost events: the calls then active scan every guarded
+    /// path at their end, so a name whose event was lost is still taken away.
+    #[test]
+    fn a_lost_event_after_an_overflow_is_caught_by_the_final_scan() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        let mut state = lock(&guard.inner.state);
+        std::fs::create_dir(root.join(".agents")).unwrap();
+        // Throw the real event away (as an overflow would) and deliver the overflow marker.
+        let mut buf = [0u8; 4096];
+        // SAFETY: reading into our buffer; the descriptor is non-blocking.
+        let n = unsafe {
+            libc::read(
+                guard.inner.inotify.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        assert!(n > 0, "the creation was queued");
+        let mut trash = Vec::new();
+        let overflow = [(-1, libc::IN_Q_OVERFLOW, OsString::new())];
+        assert!(handle_events(&mut state, &overflow, &mut trash));
+        assert!(state.calls[&call.id].dirty);
+        drop(state);
+        assert_eq!(call.finish().removed, vec![root.join(".agents")]);
+        assert!(std::fs::symlink_metadata(root.join(".agents")).is_err());
+    }
+
+    /// An idle worker's watcher thread sleeps (no wakeups for names created in its watched
+    /// directories between calls); the next call wakes it, and removal is immediate again.
+    #[test]
+    fn the_parked_watcher_wakes_for_the_next_call() {
+        let s = Scratch::new();
+        let root = s.0.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+        assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
+        let deadline = Instant::now() + PARK_AFTER + Duration::from_secs(5);
+        while !lock(&guard.inner.state).parked {
+            assert!(Instant::now() < deadline, "the thread never parked");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Created between calls: left alone, though its event is queued for the next call.
+        std::fs::write(root.join(".codex"), "host").unwrap();
+        let call = guard.begin(&names(&root)).unwrap();
+        assert_eq!(call.guarded().len(), 3);
+        std::fs::create_dir(root.join(".git")).unwrap();
+        assert!(
+            wait_gone(&root.join(".git")),
+            "the woken thread took it away"
+        );
+        assert_eq!(call.finish().removed, vec![root.join(".git")]);
+        assert!(root.join(".codex").exists());
+    }
+
+    #[test]
+    fn events_are_trusted_on_local_filesystems_only() {
+        let s = Scratch::new();
+        let kind = std::process::Command::new("stat")
+            .args(["-f", "-c", "%t"])
+            .arg(&s.0)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        if ["ef53", "58465342", "9123683e", "1021994", "f2f52010"].contains(&kind.as_str()) {
+            assert!(events_complete(&s.0));
+        }
+        assert!(!events_complete(Path::new("/proc/self")));
+        assert!(!events_complete(Path::new("/nonexistent-corral-dir")));
     }
 
     #[test]
