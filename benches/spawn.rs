@@ -118,7 +118,14 @@ impl Bench {
     /// Opens a session in a new directory, runs `true` in it (timed together), closes it.
     async fn open_first(&mut self, mode: SandboxMode) -> Duration {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
-        let req = support::session_request(dir.path(), mode);
+        let (took, id) = self.open_first_in(dir.path(), mode).await;
+        self.close(id).await;
+        took
+    }
+
+    /// Opens a session in `dir` and runs `true` in it (timed together); the session stays open.
+    async fn open_first_in(&mut self, dir: &Path, mode: SandboxMode) -> (Duration, String) {
+        let req = support::session_request(dir, mode);
         let start = Instant::now();
         let id = self
             .sessions
@@ -139,11 +146,14 @@ impl Bench {
             .into_inner();
         let took = start.elapsed();
         assert_eq!(r.exit_code, 0, "sandboxed `true` failed: {r:?}");
+        (took, id)
+    }
+
+    async fn close(&mut self, session_id: String) {
         self.sessions
-            .close_session(api::CloseSessionRequest { session_id: id })
+            .close_session(api::CloseSessionRequest { session_id })
             .await
             .expect("close_session");
-        took
     }
 
     async fn shell(&mut self, session: &str) -> Duration {
@@ -218,9 +228,20 @@ impl Bench {
             }
             Variant::OpenFirstReadOnly => self.open_first(SandboxMode::ReadOnly).await,
             Variant::OpenFirstWorkspaceWrite => self.open_first(SandboxMode::WorkspaceWrite).await,
+            // Two sessions opened one right after the other (each with its first call), both
+            // closed afterwards; the second is timed.
             Variant::OpenFirstBackToBack => {
-                self.open_first(SandboxMode::ReadOnly).await;
-                self.open_first(SandboxMode::ReadOnly).await
+                let dirs = [(); 2]
+                    .map(|()| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir"));
+                let (_, first) = self
+                    .open_first_in(dirs[0].path(), SandboxMode::ReadOnly)
+                    .await;
+                let (took, second) = self
+                    .open_first_in(dirs[1].path(), SandboxMode::ReadOnly)
+                    .await;
+                self.close(first).await;
+                self.close(second).await;
+                took
             }
             Variant::ReadFile => {
                 let req = api::ReadFileRequest {

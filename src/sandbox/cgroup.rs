@@ -209,6 +209,12 @@ impl WorkerCgroup {
         self.procs.clone()
     }
 
+    /// Moves another process (by pid) into this cgroup.
+    pub fn add_process(&self, pid: u32) -> io::Result<()> {
+        let p = self.dir.join("cgroup.procs");
+        fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))
+    }
+
     /// How many times the kernel's OOM killer acted in this cgroup (v1 `memory.oom_control`,
     /// v2 `memory.events`), so the pool can say a worker died of its memory limit.
     pub fn oom_kills(&self) -> io::Result<u64> {
