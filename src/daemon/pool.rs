@@ -725,6 +725,12 @@ impl WorkerPool {
             tokio::spawn(async move {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
+                    // The daemon may have begun stopping meanwhile: start nothing then.
+                    let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    if spares.closed {
+                        spares.starting -= 1;
+                        return;
+                    }
                 }
                 // The cgroup and the fork of the daemon are made on a blocking thread, not a
                 // runtime thread.

@@ -426,6 +426,20 @@ fn handle_events(
         candidates.sort();
         candidates.dedup();
         let found = sweep(&candidates, trash);
+        // A guarded name that an event named and that is not there any more was moved away
+        // (or removed) at once: perhaps with its parent, to be moved back where no event of
+        // ours sees it. The calls guarding it look at every guarded path when they end.
+        for gone in candidates.iter().filter(|p| {
+            !found.removed.contains(p) && !found.not_removed.iter().any(|(q, _)| q == *p)
+        }) {
+            for a in state
+                .calls
+                .values_mut()
+                .filter(|a| a.guarded.contains(gone))
+            {
+                a.dirty = true;
+            }
+        }
         share(state, &found, None);
     }
     overflow
@@ -484,7 +498,19 @@ impl CallGuard {
         let mut report = if dirty {
             sweep(&self.guarded, &mut trash)
         } else {
-            GuardReport::default()
+            // A guarded path below a root's top (a `.git` file's missing gitdir) has a parent
+            // the sandbox can rename, with the name made inside it and the parent moved back:
+            // no event of ours names that. These few are looked at on every call.
+            let nested: Vec<PathBuf> = self
+                .guarded
+                .iter()
+                .filter(|p| {
+                    !p.parent()
+                        .is_some_and(|d| self.inner.roots.iter().any(|(r, _)| r == d))
+                })
+                .cloned()
+                .collect();
+            sweep(&nested, &mut trash)
         };
         report.roots_restored = restore_roots_with(&self.inner.roots, |root| {
             match seen.iter().find(|(d, _)| *d == root) {
@@ -648,6 +674,18 @@ fn sweep(paths: &[PathBuf], trash: &mut Vec<PathBuf>) -> GuardReport {
     report
 }
 
+/// Whether `path` exists. Only "no such entry" (or a parent that is not a directory) counts as
+/// absent: a path that cannot be looked at (a parent made unsearchable) may be there, and is
+/// reported as not taken away rather than as nothing found.
+fn exists(path: &Path) -> Result<bool, String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(false),
+        Err(e) => Err(format!("cannot check whether it is there: {e}")),
+    }
+}
+
 /// Takes `path` away: renamed to a quarantine name in the same directory (pushed on `trash`
 /// for [`delete_tree`]). `Ok(true)`: it was there and is gone; `Ok(false)`: it was not there;
 /// `Err`: it is still there, and why. A tree that cannot be deleted after the rename is
@@ -660,7 +698,7 @@ fn take_away(path: &Path, trash: &mut Vec<PathBuf>) -> Result<bool, String> {
     let mut found = false;
     let mut last_error = String::new();
     for _ in 0..REMOVE_ATTEMPTS {
-        if std::fs::symlink_metadata(path).is_err() {
+        if !exists(path)? {
             return Ok(found);
         }
         found = true;
@@ -691,7 +729,7 @@ fn take_away(path: &Path, trash: &mut Vec<PathBuf>) -> Result<bool, String> {
             Err(e) => last_error = e.to_string(),
         }
     }
-    if std::fs::symlink_metadata(path).is_err() {
+    if !exists(path)? {
         return Ok(found);
     }
     Err(if last_error.is_empty() {
@@ -890,6 +928,47 @@ mod tests {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with(QUARANTINE_PREFIX))
             .collect()
+    }
+
+    #[test]
+    fn a_gitdir_made_inside_a_parent_moved_away_and_back_is_still_taken_away() {
+        // `.git` says `gitdir: sub/wt`; `sub` exists, `wt` does not: `root/sub/wt` is guarded,
+        // and `sub` (not a root) can be renamed. The red-team's sequence: move `sub` away,
+        // make the gitdir inside it (our watch on `sub` names `sub/wt`, which is not there),
+        // give the thread time to look, move `sub` back (no event names `sub/wt`).
+        for settle in [Duration::from_millis(50), Duration::ZERO] {
+            let s = Scratch::new();
+            let root = s.0.join("root");
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            let wt = root.join("sub/wt");
+            let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
+            let call = guard.begin(std::slice::from_ref(&wt)).unwrap();
+            std::fs::rename(root.join("sub"), root.join("x")).unwrap();
+            std::fs::create_dir_all(root.join("x/wt/objects")).unwrap();
+            std::fs::write(root.join("x/wt/HEAD"), "ref: refs/heads/m\n").unwrap();
+            std::thread::sleep(settle);
+            std::fs::rename(root.join("x"), root.join("sub")).unwrap();
+            let report = call.finish();
+            assert!(
+                std::fs::symlink_metadata(&wt).is_err(),
+                "{} survived the call (settle {settle:?})",
+                wt.display()
+            );
+            assert_eq!(report.removed, vec![wt.clone()], "settle {settle:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_missing_entry_counts_as_absent() {
+        let s = Scratch::new();
+        std::fs::write(s.0.join("file"), "f").unwrap();
+        assert_eq!(exists(&s.0.join("file")), Ok(true));
+        assert_eq!(exists(&s.0.join("none")), Ok(false));
+        // A parent that is a file: the path cannot exist.
+        assert_eq!(exists(&s.0.join("file/x")), Ok(false));
+        // A name longer than any file system allows cannot be checked: not "absent".
+        let long = s.0.join("n".repeat(300));
+        assert!(exists(&long).is_err(), "{:?}", exists(&long));
     }
 
     #[test]
