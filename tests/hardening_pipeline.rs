@@ -7,7 +7,6 @@ mod common;
 
 use common::{Daemon, outside, scratch};
 use corral::api::{self, SandboxMode, shell_stream_event::Event};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -531,13 +530,8 @@ async fn one_user_cannot_fill_the_session_table() {
         return;
     }
     let d = Daemon::start(&[]).await;
-    std::fs::set_permissions(
-        d.socket.parent().unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    let socket = d.open_to_local_users();
     let user = common::TestUser::create("cap");
-    let socket = d.target().to_string();
     let dir = user.dir.display().to_string();
     let open = ["open-session", "--mode", "read-only", "--cwd", dir.as_str()];
     for n in 1..=64 {

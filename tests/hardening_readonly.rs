@@ -12,46 +12,11 @@ use common::RunAs;
 use corral::api::{self, SandboxMode};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 const RO: SandboxMode = SandboxMode::ReadOnly;
 
-/// A new ordinary user for one case; `None` (with a note) when the test cannot create one.
-fn ordinary_user() -> Option<RunAs> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: creating a user needs root (CI runs as root)");
-        return None;
-    }
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    Some(RunAs::ordinary_user(&format!(
-        "rol{}",
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    )))
-}
-
-macro_rules! on_both_daemons {
-    ($($case:ident),* $(,)?) => {
-        mod root {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(&super::RunAs::Root).await;
-                }
-            )*
-        }
-        mod ordinary_user {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    let Some(who) = super::ordinary_user() else { return };
-                    super::$case(&who).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_daemons! {
+common::on_both_daemons! {
+    "rol";
     only_dev_shm_and_dev_pts_are_writable_mounts,
     no_truncation_or_write_outside_while_reads_grep_and_exec_work,
     a_host_descriptor_cannot_be_truncated_through_proc_self_fd,

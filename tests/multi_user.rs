@@ -64,13 +64,7 @@ async fn two_users_cannot_touch_each_others_files_or_sessions() {
         return;
     }
     let d = Daemon::start(&[]).await;
-    // Local users must reach the socket (its directory is private to the test by default).
-    std::fs::set_permissions(
-        d.socket.parent().unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
-    let socket = d.target().to_string();
+    let socket = d.open_to_local_users();
     let a = user_with_secret("a");
     let b = user_with_secret("b");
     let sa = a.open(&socket, &a.dir);

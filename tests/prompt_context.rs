@@ -254,11 +254,7 @@ async fn another_users_doc_is_not_disclosed() {
         "this test needs root (the root daemon serves other users)"
     );
     let d = Daemon::start(&[]).await;
-    std::fs::set_permissions(
-        d.socket.parent().unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    d.open_to_local_users();
     let user = TestUser::create("pctx");
     // A repository the user may enter, whose root doc only root may read.
     let top = outside();

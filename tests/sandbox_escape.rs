@@ -12,7 +12,6 @@ mod common;
 use common::{Daemon, Listener, RunAs, outside, scratch};
 use corral::api::{self, SandboxMode};
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const RO: SandboxMode = SandboxMode::ReadOnly;
@@ -36,35 +35,8 @@ async fn ww_session(d: &Daemon, cwd: &std::path::Path, roots: &[&std::path::Path
     .await
 }
 
-/// Generates, for each case `NAME(who: &RunAs)`, the test `root::NAME` (a root daemon called by
-/// root: CI's setting) and the test `ordinary_user::NAME` (the daemon of an ordinary user created
-/// for the test, called by that user, whose scratch directories and host-side baselines are
-/// that user's too, so only the sandbox can make a difference).
-macro_rules! on_both_daemons {
-    ($($(#[$attr:meta])* $case:ident),* $(,)?) => {
-        mod root {
-            $(
-                $(#[$attr])*
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(&super::RunAs::Root).await;
-                }
-            )*
-        }
-        mod ordinary_user {
-            $(
-                $(#[$attr])*
-                #[tokio::test]
-                async fn $case() {
-                    let Some(who) = super::ordinary_user() else { return };
-                    super::$case(&who).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_daemons! {
+common::on_both_daemons! {
+    "esc";
     read_only_reads_everything_and_writes_nothing,
     network_off_reaches_nothing,
     workspace_write_writes_only_inside_its_roots,
@@ -82,20 +54,6 @@ on_both_daemons! {
     foreign_architecture_syscalls_are_killed,
     racing_to_swap_the_git_dir_fails,
     commands_have_no_controlling_terminal,
-}
-
-/// A new ordinary user for one case (removed with it); `None`, with a note, when the test is
-/// not root and so cannot create one.
-fn ordinary_user() -> Option<RunAs> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: creating a user needs root (CI runs as root)");
-        return None;
-    }
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    Some(RunAs::ordinary_user(&format!(
-        "esc{}",
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    )))
 }
 
 // Cases 1–8: reads work, writes do not, the layers are visibly in force.

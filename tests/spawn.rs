@@ -167,12 +167,7 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
         return;
     }
     let d = Daemon::start(&[]).await;
-    std::fs::set_permissions(
-        d.socket.parent().unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
-    let socket = d.target().to_string();
+    let socket = d.open_to_local_users();
     let (a, b) = (TestUser::create("spa"), TestUser::create("spb"));
 
     // Before it is used a spare is the daemon's: no user's identity, not named a worker. It
@@ -275,12 +270,7 @@ async fn a_spare_path_resolver_answers_one_open_as_its_caller() {
         return;
     }
     let d = Daemon::start(&[]).await;
-    std::fs::set_permissions(
-        d.socket.parent().unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
-    let socket = d.target().to_string();
+    let socket = d.open_to_local_users();
     let (a, b) = (TestUser::create("rsa"), TestUser::create("rsb"));
     std::fs::set_permissions(&a.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let resolvers = |d: &Daemon| children_with_arg(d.pid(), "__resolve");

@@ -153,6 +153,18 @@ impl Daemon {
         self.socket.to_str().expect("utf-8 socket path")
     }
 
+    /// Lets local users reach the socket (its directory is private to the test by default), so
+    /// tests can call the daemon as other users; returns the target to give them.
+    pub fn open_to_local_users(&self) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            self.socket.parent().expect("socket directory"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod the socket directory");
+        self.target().to_string()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -626,6 +638,18 @@ impl RunAs {
         RunAs::User(std::sync::Arc::new(TestUser::create(tag)))
     }
 
+    /// A new ordinary user for one case, named `PREFIX` and a number (removed with it); `None`,
+    /// with a note, when the test is not root and so cannot create one.
+    pub fn next_ordinary_user(prefix: &str) -> Option<RunAs> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: creating a user needs root (CI runs as root)");
+            return None;
+        }
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(RunAs::ordinary_user(&format!("{prefix}{n}")))
+    }
+
     pub fn is_root(&self) -> bool {
         matches!(self, RunAs::Root)
     }
@@ -759,3 +783,37 @@ impl Drop for SmallDisk {
         let _ = host_sh(&format!("umount -l {}", self.0.path().display()));
     }
 }
+
+/// Runs each listed case `async fn CASE(who: &RunAs)` twice: as the test `root::CASE` (the
+/// daemon runs as root: CI's setting) and as `ordinary_user::CASE` (the daemon of an ordinary
+/// user created for the test, named PREFIX and a number, called by that user, whose scratch
+/// directories and host-side baselines are that user's too, so only the sandbox can make a
+/// difference).
+#[allow(unused_macros)]
+macro_rules! on_both_daemons {
+    ($prefix:literal; $($(#[$attr:meta])* $case:ident),* $(,)?) => {
+        mod root {
+            $(
+                $(#[$attr])*
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(&super::common::RunAs::Root).await;
+                }
+            )*
+        }
+        mod ordinary_user {
+            $(
+                $(#[$attr])*
+                #[tokio::test]
+                async fn $case() {
+                    let Some(who) = super::common::RunAs::next_ordinary_user($prefix) else {
+                        return;
+                    };
+                    super::$case(&who).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_daemons;
