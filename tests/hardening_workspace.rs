@@ -272,6 +272,67 @@ async fn h2_a_root_cannot_become_a_git_dir_and_a_missing_gitdir_is_guarded() {
     assert_eq!(r.exit_code, 0, "{}", r.output);
 }
 
+/// H2, a variant found by review: a `.git` file's missing gitdir one level below an existing
+/// directory of the root (`sub/wt`) made inside `sub` while `sub` is moved away, and `sub`
+/// moved back — no event of the guard names `sub/wt`. The gitdir must not survive the call.
+#[tokio::test]
+async fn h2_a_missing_gitdir_made_while_its_parent_is_moved_away_is_taken_away() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    let marker = base.path().join("moved-pwned");
+    let wt = proj.join("sub/wt");
+    std::fs::write(proj.join(".git"), format!("gitdir: {}\n", wt.display())).unwrap();
+    let plant = format!(
+        "mkdir -p x/wt/objects x/wt/refs/heads && printf 'ref: refs/heads/main\\n' > x/wt/HEAD \
+         && printf '[core]\\n\\tfsmonitor = \"echo RAN > {marker}; false\"\\n' > x/wt/config",
+        marker = marker.display()
+    );
+    // Baseline on the host: the planted gitdir makes git trust its config.
+    host_sh(&format!(
+        "cd '{}' && mv sub x && {plant} && mv x sub",
+        proj.display()
+    ));
+    assert!(
+        host_git_discovers(&proj),
+        "baseline: the gitdir was planted"
+    );
+    std::fs::remove_dir_all(&wt).unwrap();
+
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    for pause in ["0", "0.05"] {
+        let r = d
+            .sh(
+                &id,
+                &format!("mv sub x && {plant} && sleep {pause} && mv x sub"),
+            )
+            .await;
+        assert!(
+            r.output.contains(&format!(
+                "protected workspace metadata path {}",
+                wt.display()
+            )),
+            "pause {pause}: {}",
+            r.output
+        );
+        assert!(!exists(&wt), "pause {pause}: the gitdir survived the call");
+        assert!(exists(&proj.join("sub")), "pause {pause}: sub is back");
+        assert!(
+            !host_git_discovers(&proj),
+            "pause {pause}: git found the gitdir"
+        );
+        assert!(
+            !host_git_runs_hook(&proj, &marker),
+            "pause {pause}: the host's git ran the planted config"
+        );
+    }
+    // Allowed: the same moves with other names.
+    let r = d.sh(&id, "mv sub x && mkdir x/other && mv x sub").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    assert!(exists(&proj.join("sub/other")));
+}
+
 /// Finding 4 (F06–F08): a root nested below another writable root, redirected by renaming its
 /// parent and planting a symlink, then the worker killed so a new one re-resolves the path.
 /// Now: the rename fails inside (the parent is pinned), a host-side swap (as another session or
