@@ -157,6 +157,11 @@ command -v debootstrap >/dev/null || skip "debootstrap is not installed (apt-get
 release="$(sed -n 's/^ARG DEBIAN_RELEASE=//p' Dockerfile)"
 cache="${HOME}/.cache/corral-ci"
 base_tar="$cache/debian-$release-minbase.tar"
+# The build's layers need about 1 GiB (vfs copies each one whole); below 3 GiB free the build
+# would fail half-way with ENOSPC, which says nothing about the image.
+free_kib="$(df -Pk /var/tmp | awk 'NR==2 {print $4}')"
+[ "$free_kib" -ge $((3 * 1024 * 1024)) ] \
+  || skip "only $((free_kib / 1024)) MiB free in /var/tmp (the build needs 3 GiB)"
 work="$(mktemp -d /var/tmp/corral-image.XXXXXX)"
 # overlay is fast; vfs (a full copy per layer) works on any filesystem.
 B=(buildah --root "$work/storage" --runroot "$work/run" --storage-driver overlay)

@@ -362,11 +362,7 @@ async fn h17_a_daemon_that_is_not_root_needs_a_runtime_dir_and_never_uses_tmp() 
     if !root() {
         return;
     }
-    // A copy nobody can run (the checkout may be in a directory only root may enter).
-    let bin_dir = common::outside();
-    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = bin_dir.path().join("corral");
-    std::fs::copy(CORRAL, &bin).unwrap();
+    let bin = common::client_binary();
     let fallback = Path::new("/tmp/corral-65534");
     let _ = std::fs::remove_dir_all(fallback);
     let out = output_within(
@@ -379,7 +375,7 @@ async fn h17_a_daemon_that_is_not_root_needs_a_runtime_dir_and_never_uses_tmp() 
                 "--clear-groups",
                 "--",
             ])
-            .arg(&bin)
+            .arg(bin)
             .arg("serve")
             .env_remove("XDG_RUNTIME_DIR")
             .env_remove("CORRAL_SOCKET")

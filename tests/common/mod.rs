@@ -719,19 +719,31 @@ impl RunAs {
 }
 
 /// The CLI binary where every user may run it: the checkout may live in a directory only root
-/// can enter (e.g. /root), so the tests run a copy.
+/// can enter (e.g. /root), so the tests run it from a directory everyone may enter.
 pub fn client_binary() -> &'static Path {
-    use std::os::unix::fs::PermissionsExt;
-    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    let (_, path) = COPY.get_or_init(|| {
-        let dir = outside();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = dir.path().join("corral");
-        std::fs::copy(CORRAL, &path).unwrap();
+    CLIENT_BINARY.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = outside().keep();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("corral");
+        // A hard link costs no space; a copy of the debug binary is about 300 MB.
+        if std::fs::hard_link(CORRAL, &path).is_err() {
+            std::fs::copy(CORRAL, &path).unwrap();
+        }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (dir, path)
-    });
-    path
+        // A static is never dropped: without this, every test binary left its copy behind.
+        // SAFETY: registers a plain function; it runs once, when the test binary exits.
+        unsafe { libc::atexit(remove_client_binary) };
+        path
+    })
+}
+
+static CLIENT_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_client_binary() {
+    if let Some(dir) = CLIENT_BINARY.get().and_then(|p| p.parent()) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// Pids of host processes whose command line matches `pattern` (write one letter as `[x]`, or
