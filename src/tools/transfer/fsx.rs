@@ -96,6 +96,107 @@ pub fn staging_name(name: &OsStr, tag: &str) -> OsString {
     OsString::from_vec(out)
 }
 
+/// The tags of the staging names a transfer to a destination makes beside it: the staging of
+/// what is received, and the replaced tree moved aside.
+pub const STAGING_TAGS: [&str; 2] = ["upload", "old"];
+
+/// Whether `candidate` is a name [`staging_name`] makes for `name` with one of
+/// [`STAGING_TAGS`]: `.NAME.corral-TAG-` (NAME cut as it cuts it) and 16 lowercase hex digits.
+pub fn is_staging_of(name: &OsStr, candidate: &OsStr) -> bool {
+    let (name, candidate) = (name.as_bytes(), candidate.as_bytes());
+    STAGING_TAGS.iter().any(|tag| {
+        let marker = format!(".corral-{tag}-");
+        let room = NAME_MAX - 1 - marker.len() - 16;
+        let cut = &name[..name.len().min(room)];
+        let Some(rest) = candidate
+            .strip_prefix(b".")
+            .and_then(|r| r.strip_prefix(cut))
+            .and_then(|r| r.strip_prefix(marker.as_bytes()))
+        else {
+            return false;
+        };
+        rest.len() == 16 && rest.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+/// Takes the lock that marks a staging as in use: an exclusive `flock` on an open descriptor of
+/// it, held until the transfer that made it ends — or the kernel drops it when that process
+/// dies. `EWOULDBLOCK` when another process holds it.
+pub fn lock_staging(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    // SAFETY: flock on a descriptor the caller holds open.
+    Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).map(drop)
+}
+
+/// How old a staged symlink must be to count as left behind: a symlink cannot be locked, and
+/// a live transfer makes one only the moment before renaming it into place.
+const STALE_SYMLINK_SECS: i64 = 60;
+
+/// Removes the stagings of `name` in `dir` that a transfer left behind when its process died
+/// (a worker killed mid-upload): those whose lock nobody holds. A staging in use keeps its
+/// lock and is left alone, and so is anything that only looks like one but cannot be opened
+/// and locked (a FIFO, a directory without read permission). Never follows a symlink. Returns
+/// how many were removed.
+pub fn remove_stale_stagings(dir: BorrowedFd<'_>, name: &OsStr) -> usize {
+    let Ok(fd) = openat(dir, ".", DIR_FLAGS, Mode::empty()) else {
+        return 0;
+    };
+    let Ok(mut listing) = nix::dir::Dir::from_fd(fd) else {
+        return 0;
+    };
+    let candidates: Vec<OsString> = listing
+        .iter()
+        .filter_map(Result::ok)
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|c| is_staging_of(name, c))
+        .collect();
+    candidates
+        .iter()
+        .filter(|c| remove_if_stale(dir, c).unwrap_or(false))
+        .count()
+}
+
+/// Removes one staging if nobody holds its lock; `Ok(false)` if it is in use or not a staging
+/// this can judge.
+fn remove_if_stale(dir: BorrowedFd<'_>, candidate: &OsStr) -> nix::Result<bool> {
+    let seen = lstat_at(dir, candidate)?;
+    match node_of(&seen) {
+        Node::Symlink => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            if now - seen.st_ctime < STALE_SYMLINK_SECS {
+                return Ok(false);
+            }
+            unlinkat(dir, candidate, UnlinkatFlags::NoRemoveDir)?;
+            Ok(true)
+        }
+        Node::File | Node::Directory => {
+            // O_NONBLOCK: never wait on whatever is there now; O_NOFOLLOW: never leave `dir`.
+            let fd = openat(
+                dir,
+                candidate,
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            match lock_staging(fd.as_fd()) {
+                Ok(()) => {}
+                Err(Errno::EWOULDBLOCK) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+            // Locked: no live transfer holds it. Remove it only if the name still is the thing
+            // that was locked.
+            let locked = nix::sys::stat::fstat(&fd)?;
+            let now = lstat_at(dir, candidate)?;
+            if (now.st_dev, now.st_ino) != (locked.st_dev, locked.st_ino) {
+                return Ok(false);
+            }
+            remove_tree(dir, candidate)?;
+            Ok(true)
+        }
+        Node::Other(_) => Ok(false),
+    }
+}
+
 /// Renames `from` to `to` in `dir` unless `to` exists (`EEXIST`). Filesystems without
 /// `RENAME_NOREPLACE` get `link` + `unlink` for a non-directory (as exclusive) and a plain
 /// rename for a directory (which can only replace an empty one).

@@ -26,7 +26,7 @@ use nix::sys::stat::{Mode, fchmod, mkdirat};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 /// A file being filled.
@@ -40,8 +40,9 @@ struct Filling {
     mode: u32,
 }
 
-/// What has been staged so far. Every variant but `Empty` names a staging that exists on disk
-/// until it is renamed into place (dropping the receiver then removes it).
+/// What has been staged so far. Every staging name here exists on disk until it is renamed into
+/// place (dropping the receiver then removes it), and is locked (`fsx::lock_staging`) by a
+/// descriptor held here, so a transfer that starts later knows it is in use.
 #[derive(Debug)]
 enum Stage {
     /// Nothing yet: the root entry comes first.
@@ -49,12 +50,18 @@ enum Stage {
     File {
         staged: OsString,
         filling: Option<Filling>,
+        /// Holds the staging's lock after `filling` is closed.
+        _lock: File,
     },
+    /// A symlink is made under its staging name only when the stream has ended, the moment
+    /// before it is renamed into place (a symlink cannot hold a lock).
     Symlink {
-        staged: OsString,
+        target: String,
+        staged: Option<OsString>,
     },
     Tree {
         staged: OsString,
+        /// The staged root, which holds the staging's lock.
         root: OwnedFd,
         /// Every directory and its final mode, in creation order (parents before children).
         dirs: Vec<(String, u32)>,
@@ -68,9 +75,8 @@ impl Stage {
     fn staged(&self) -> Option<&OsStr> {
         match self {
             Stage::Empty => None,
-            Stage::File { staged, .. } | Stage::Symlink { staged } | Stage::Tree { staged, .. } => {
-                Some(staged)
-            }
+            Stage::File { staged, .. } | Stage::Tree { staged, .. } => Some(staged),
+            Stage::Symlink { staged, .. } => staged.as_deref(),
         }
     }
 }
@@ -107,6 +113,14 @@ impl Receiver {
     pub fn new(dest: Destination, overwrite: bool) -> Result<Receiver, ToolError> {
         if let (Some(existing), false) = (dest.existing()?, overwrite) {
             return Err(already_exists(&dest.path, &existing));
+        }
+        let removed = fsx::remove_stale_stagings(dest.parent.as_fd(), &dest.name);
+        if removed > 0 {
+            eprintln!(
+                "corral: removed {removed} staging(s) of {} that an earlier transfer left \
+                 behind when its worker died",
+                dest.path.display()
+            );
         }
         Ok(Receiver {
             summary: Summary {
@@ -183,8 +197,13 @@ impl Receiver {
         self.stage = match entry.kind {
             Kind::File => {
                 let file = create_file(parent, &staged, &at, entry.size)?;
+                hold(parent, &staged, file.as_fd(), &at)?;
+                let lock = file
+                    .try_clone()
+                    .map_err(|e| super::io_error("cannot keep open", &at, e))?;
                 Stage::File {
                     staged,
+                    _lock: lock,
                     filling: Some(Filling {
                         path: String::new(),
                         file,
@@ -194,11 +213,10 @@ impl Receiver {
                     }),
                 }
             }
-            Kind::Symlink => {
-                nix::unistd::symlinkat(entry.link_target.as_str(), parent, staged.as_os_str())
-                    .map_err(|e| sys_error("cannot create symlink", &at, e))?;
-                Stage::Symlink { staged }
-            }
+            Kind::Symlink => Stage::Symlink {
+                target: entry.link_target,
+                staged: None,
+            },
             Kind::Directory => {
                 mkdirat(parent, staged.as_os_str(), Mode::from_bits_truncate(0o700))
                     .map_err(|e| sys_error("cannot create directory", &at, e))?;
@@ -210,6 +228,7 @@ impl Receiver {
                         return Err(changed(&at, e));
                     }
                 };
+                hold(parent, &staged, root.as_fd(), &at)?;
                 Stage::Tree {
                     staged,
                     root,
@@ -343,7 +362,13 @@ impl Receiver {
                 }
                 Kind::File
             }
-            Stage::Symlink { .. } => Kind::Symlink,
+            Stage::Symlink { target, staged } => {
+                let name = fsx::staging_name(&self.dest.name, "upload");
+                nix::unistd::symlinkat(target.as_str(), self.dest.parent.as_fd(), name.as_os_str())
+                    .map_err(|e| sys_error("cannot create symlink", path, e))?;
+                *staged = Some(name);
+                Kind::Symlink
+            }
             Stage::Tree {
                 root,
                 dirs,
@@ -458,6 +483,37 @@ impl Drop for Receiver {
         // Close everything of the staging first.
         drop(stage);
         let _ = fsx::remove_tree(self.dest.parent.as_fd(), &staged);
+    }
+}
+
+/// Locks a staging just made (`fsx::lock_staging`) and checks its name is still the thing
+/// locked. Either fails only when a transfer that started meanwhile took the staging for one
+/// left behind (it removes it); nothing is removed here then.
+fn hold(
+    parent: BorrowedFd<'_>,
+    staged: &OsStr,
+    fd: BorrowedFd<'_>,
+    at: &Path,
+) -> Result<(), ToolError> {
+    let taken = || {
+        ToolError::new(
+            ErrorKind::Aborted,
+            format!(
+                "{} was taken away by another transfer to the same destination as it was \
+                 made; nothing was changed, retry",
+                at.display()
+            ),
+        )
+    };
+    match fsx::lock_staging(fd) {
+        Ok(()) => {}
+        Err(Errno::EWOULDBLOCK) => return Err(taken()),
+        Err(e) => return Err(sys_error("cannot lock", at, e)),
+    }
+    let held = nix::sys::stat::fstat(fd).map_err(|e| sys_error("cannot stat", at, e))?;
+    match fsx::lstat_at(parent, staged) {
+        Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => Ok(()),
+        _ => Err(taken()),
     }
 }
 

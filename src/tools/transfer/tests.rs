@@ -485,3 +485,98 @@ fn a_staged_directory_swapped_for_a_symlink_redirects_nothing() {
     drop(r);
     assert_eq!(names_in(dst.path()), ["moved"], "the staging is gone");
 }
+
+/// A staging name of `name` as a transfer makes it (16 hex digits).
+fn staging_like(name: &str, tag: &str) -> String {
+    format!(".{name}.corral-{tag}-0123456789abcdef")
+}
+
+#[test]
+fn stagings_a_dead_transfer_left_are_removed_by_the_next_transfer_there() {
+    let dst = tempfile::tempdir().unwrap();
+    let d = dst.path();
+    // Left behind by transfers whose process died: a file, a half-built tree (with a locked-down
+    // directory inside), the replaced tree that was moved aside.
+    fs::write(d.join(staging_like("out", "upload")), b"half").unwrap();
+    let tree = d.join(".out.corral-upload-00000000000000ff");
+    fs::create_dir_all(tree.join("a/b")).unwrap();
+    fs::write(tree.join("a/b/f"), b"x").unwrap();
+    fs::set_permissions(tree.join("a"), fs::Permissions::from_mode(0o500)).unwrap();
+    fs::create_dir(d.join(staging_like("out", "old"))).unwrap();
+    // Not stagings of `out`, or not anything a transfer makes: left alone.
+    let keep = [
+        ".out.corral-upload-0123456789ABCDEF",
+        ".out.corral-upload-0123",
+        ".outer.corral-upload-0123456789abcdef",
+        ".out.corral-patch-0123456789abcdef",
+        "out.corral-upload-0123456789abcdef",
+    ];
+    for k in keep {
+        fs::write(d.join(k), b"mine").unwrap();
+    }
+    // Named like a staging but a FIFO, and a fresh symlink: never opened, never removed.
+    nix::unistd::mkfifo(
+        &d.join(".out.corral-upload-1111111111111111"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    symlink("/etc/passwd", d.join(".out.corral-upload-2222222222222222")).unwrap();
+
+    let got = receive_into(
+        &d.join("out"),
+        false,
+        vec![entry("", Kind::File, 2), Item::Data(b"ok".to_vec())],
+    )
+    .unwrap();
+    assert_eq!(got.bytes, 2);
+    let mut want: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+    want.extend([
+        ".out.corral-upload-1111111111111111".into(),
+        ".out.corral-upload-2222222222222222".into(),
+        "out".into(),
+    ]);
+    want.sort();
+    assert_eq!(names_in(d), want);
+    assert_eq!(fs::read(d.join("out")).unwrap(), b"ok");
+    assert!(fs::metadata("/etc/passwd").is_ok());
+}
+
+#[test]
+fn a_staging_in_use_is_left_to_its_transfer() {
+    let dst = tempfile::tempdir().unwrap();
+    let d = dst.path();
+    for root in [entry("", Kind::File, 4), entry("", Kind::Directory, 0)] {
+        let target = d.join("busy");
+        let _ = fs::remove_dir_all(&target);
+        let _ = fs::remove_file(&target);
+        let mut first = Receiver::new(Destination::local(&target).unwrap(), true).unwrap();
+        let Item::Entry(e) = root else { unreachable!() };
+        let kind = e.kind;
+        first.entry(e).unwrap();
+        if kind == Kind::File {
+            first.data(b"fi").unwrap();
+        }
+        let staged = names_in(d);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        // A second transfer to the same destination runs to its end while the first is
+        // mid-way: it must not take the first one's staging for one left behind.
+        let second = receive_into(
+            &target,
+            true,
+            vec![entry("", Kind::File, 1), Item::Data(b"2".to_vec())],
+        );
+        assert!(second.is_ok(), "{second:?}");
+        assert!(
+            names_in(d).contains(&staged[0]),
+            "the live staging was removed: {:?}",
+            names_in(d)
+        );
+        fs::remove_file(&target).unwrap();
+        if kind == Kind::File {
+            first.data(b"rs").unwrap();
+        }
+        let done = first.finish().unwrap();
+        assert_eq!(done.path, target);
+        assert_eq!(names_in(d), ["busy"], "{kind:?}");
+    }
+}
