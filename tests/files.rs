@@ -494,6 +494,118 @@ async fn a_cancelled_upload_changes_nothing_and_leaves_no_staging() {
     assert!(staging_in(ws.path()).is_empty());
 }
 
+/// Host pids that hold `path` open (compared by inode: a worker sees paths in its own mounts).
+fn holders_of(path: &Path) -> Vec<i32> {
+    let Ok(want) = std::fs::metadata(path) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for proc_entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::metadata(fd.path())
+                .is_ok_and(|m| (m.dev(), m.ino()) == (want.dev(), want.ino()))
+        });
+        if holds {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A worker killed in the middle of an upload (SIGKILL: nothing of it runs after) leaves its
+/// staging behind on disk; its lock dies with it, and a new worker of the session removes it
+/// before the client hears that the call was lost. For a file and for a tree.
+#[tokio::test]
+async fn an_upload_whose_worker_is_killed_leaves_no_staging() {
+    let d = Daemon::start(&[]).await;
+    for tree in [false, true] {
+        let ws = scratch();
+        let s = d.open(ws.path(), WW).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let mut files = d.files().await;
+        let call = tokio::spawn(async move {
+            files
+                .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+        });
+        tx.send(start(&s, "out", false)).await.unwrap();
+        if tree {
+            tx.send(entry("", EntryKind::Directory, None, 0))
+                .await
+                .unwrap();
+            tx.send(entry("big", EntryKind::File, None, 64 << 20))
+                .await
+                .unwrap();
+        } else {
+            tx.send(entry("", EntryKind::File, None, 64 << 20))
+                .await
+                .unwrap();
+        }
+        tx.send(data(&[1u8; 1 << 20])).await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || !staging_in(ws.path())
+                .is_empty())
+            .await,
+            "tree {tree}: the upload staged"
+        );
+        let staged = ws.path().join(&staging_in(ws.path())[0]);
+        let open_file = if tree {
+            staged.join("big")
+        } else {
+            staged.clone()
+        };
+        let mut holders = Vec::new();
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                holders = holders_of(&open_file);
+                !holders.is_empty()
+            })
+            .await,
+            "tree {tree}: the worker holds the staged file open"
+        );
+        for pid in &holders {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let e = call.await.unwrap().unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "tree {tree}: {e:?}");
+        assert!(
+            e.message().contains("exited while the call was in flight"),
+            "{e:?}"
+        );
+        // Already gone when the client hears of it.
+        assert!(
+            staging_in(ws.path()).is_empty(),
+            "tree {tree}: the staging was left behind: {:?}",
+            staging_in(ws.path())
+        );
+        assert!(!ws.path().join("out").exists(), "tree {tree}");
+        drop(tx);
+        // Allowed: the same upload again, to its end.
+        let done = upload(
+            &d,
+            vec![
+                start(&s, "out", false),
+                entry("", EntryKind::File, None, 2),
+                data(b"ok"),
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.bytes, 2);
+        assert_eq!(std::fs::read(ws.path().join("out")).unwrap(), b"ok");
+        assert!(staging_in(ws.path()).is_empty());
+    }
+}
+
 #[tokio::test]
 async fn a_size_mismatch_changes_nothing() {
     let d = Daemon::start(&[]).await;

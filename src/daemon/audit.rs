@@ -311,6 +311,9 @@ fn describe_files(call: &crate::wire::FilesCall) -> (String, Vec<String>) {
         }
         Some(Op::Upload(r)) => ("upload".into(), vec![r.path.clone()]),
         Some(Op::Download(r)) => ("download".into(), vec![r.path.clone()]),
+        Some(Op::RemoveUploadStagings(r)) => {
+            ("remove_upload_stagings".into(), vec![r.path.clone()])
+        }
         None => ("files".into(), Vec::new()),
     }
 }

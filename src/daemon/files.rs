@@ -166,6 +166,7 @@ impl CorralService {
             }
         };
         let session_id = start.session_id.clone();
+        let follow_up = files_call(Op::RemoveUploadStagings(start.clone()));
         let call = files_call(Op::Upload(start));
         let mut trace = self.trace(caller, &session_id, &call);
         let admitted = match self.admit(&mut trace, &call, false, Refusal::Status, None) {
@@ -180,6 +181,10 @@ impl CorralService {
         let result = self
             .feed_upload(&admitted, call, &mut incoming, &mut trace)
             .await;
+        if matches!(&result, Err(s) if status::is_worker_died(s)) {
+            self.remove_upload_stagings(&admitted.session, follow_up)
+                .await;
+        }
         let outcome = match &result {
             Ok(r) => Outcome::of(&Ok(Reply::Files(FilesReply {
                 op: Some(Answer::Upload(r.clone())),
@@ -189,6 +194,31 @@ impl CorralService {
         drop(admitted);
         self.finish(trace, &outcome);
         result
+    }
+
+    /// After an upload's worker died mid-way: what that upload had staged beside its destination
+    /// is no longer locked by anyone, and a new worker of the session removes it before the
+    /// client hears of the failure (a later transfer there would too). Bounded by
+    /// [`UPLOAD_CLEANUP_WAIT`]; a failure is logged, and the client's answer is the same.
+    async fn remove_upload_stagings(&self, session: &Session, call: Call) {
+        let removal = self.executor.call(session, call, false, None);
+        let outcome = tokio::time::timeout(UPLOAD_CLEANUP_WAIT, removal).await;
+        match outcome {
+            Ok(Ok(Reply::Files(FilesReply {
+                op: Some(Answer::RemovedStagings(n)),
+            }))) => {
+                tracing::info!(session = %session.id, removed = n, "an upload's worker died; removed its stagings");
+            }
+            Ok(Ok(other)) => {
+                tracing::warn!(session = %session.id, "removing a dead upload's stagings: {}", status::unexpected_reply(other).message());
+            }
+            Ok(Err(s)) => {
+                tracing::warn!(session = %session.id, "removing a dead upload's stagings failed: {}", s.message());
+            }
+            Err(_) => {
+                tracing::warn!(session = %session.id, "removing a dead upload's stagings took longer than {UPLOAD_CLEANUP_WAIT:?}");
+            }
+        }
     }
 
     /// Starts the upload in the worker (which checks the destination and answers with its first

@@ -33,11 +33,16 @@ fn setup_text(setup: &crate::wire::SetupFailure, message: &str) -> String {
 }
 
 /// The worker serving the call exited while it was in flight.
+const WORKER_DIED: &str = "the sandbox worker serving this session exited while the call was \
+     in flight; the call was lost. A new worker is started on the next call; retry it";
+
 pub fn worker_died() -> Status {
-    Status::unavailable(
-        "the sandbox worker serving this session exited while the call was in flight; the call \
-         was lost. A new worker is started on the next call; retry it",
-    )
+    Status::unavailable(WORKER_DIED)
+}
+
+/// Whether `s` is [`worker_died`]'s answer.
+pub fn is_worker_died(s: &Status) -> bool {
+    s.code() == tonic::Code::Unavailable && s.message() == WORKER_DIED
 }
 
 /// A new worker ended before saying it was ready (crash, not a reported layer failure).

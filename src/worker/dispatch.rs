@@ -69,7 +69,9 @@ pub fn execute(
         Call::Files(f) => matches!(
             f.op,
             Some(
-                crate::wire::files_call::Op::WriteBytes(_) | crate::wire::files_call::Op::Upload(_)
+                crate::wire::files_call::Op::WriteBytes(_)
+                    | crate::wire::files_call::Op::Upload(_)
+                    | crate::wire::files_call::Op::RemoveUploadStagings(_)
             )
         ),
         _ => false,

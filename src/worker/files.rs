@@ -74,6 +74,16 @@ pub fn call(
             })
         }
         Op::Download(r) => Answer::Download(download(ctx, &r.path, emit)?),
+        Op::RemoveUploadStagings(start) => {
+            // Where the parent is gone there is nothing to remove; it is never created.
+            let removed =
+                match destination::for_write(&ctx.patch, &start.path, &start.source_name, false) {
+                    Ok(dest) => guarded(runner, || Ok(transfer::remove_stale_stagings(&dest)))?,
+                    Err(e) if e.kind == ErrorKind::NotFound => 0,
+                    Err(e) => return Err(e),
+                };
+            Answer::RemovedStagings(removed as u64)
+        }
     };
     Ok(Reply::Files(FilesReply { op: Some(answer) }))
 }

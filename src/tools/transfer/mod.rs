@@ -31,6 +31,12 @@ use std::path::{Path, PathBuf};
 pub use destination::Destination;
 pub use receive::Receiver;
 
+/// Removes the stagings beside `dest` that a transfer left behind when its process died (their
+/// lock is free); a transfer still running keeps its own. Returns how many were removed.
+pub fn remove_stale_stagings(dest: &Destination) -> usize {
+    fsx::remove_stale_stagings(std::os::fd::AsFd::as_fd(&dest.parent), &dest.name)
+}
+
 /// Most bytes ReadBytes and WriteBytes move: their message then fits every gRPC client's
 /// default 4 MiB limit.
 pub const SMALL_FILE_LIMIT: u64 = 3 * 1024 * 1024;

@@ -114,7 +114,7 @@ impl Receiver {
         if let (Some(existing), false) = (dest.existing()?, overwrite) {
             return Err(already_exists(&dest.path, &existing));
         }
-        let removed = fsx::remove_stale_stagings(dest.parent.as_fd(), &dest.name);
+        let removed = super::remove_stale_stagings(&dest);
         if removed > 0 {
             eprintln!(
                 "corral: removed {removed} staging(s) of {} that an earlier transfer left \
