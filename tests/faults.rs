@@ -387,7 +387,8 @@ fn check_each_file(plan: &FiftyFiles, ws: &Path, rep: usize) -> Outcome {
 /// killed worker cannot roll back the files it already replaced (spec/tools.md §5.7 step 4;
 /// docs/SECURITY.md, known limits) — most kills here leave a mix. A kill between the link and
 /// the rename leaves one `.corral-patch-*.tmp` file (never more: files are committed one at a
-/// time); the count is printed.
+/// time), which the next patch writing in that directory removes (it is checked each time); the
+/// count is printed.
 #[tokio::test]
 async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_new() {
     const REPS: usize = 200;
@@ -432,6 +433,7 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
 
     let mut random = Random::seeded();
     let (mut all_old, mut all_new, mut mixed, mut temps, mut killed) = (0, 0, 0, 0, 0);
+    let mut swept = 0;
     let started = Instant::now();
     for rep in 1..=REPS {
         if rep % 50 == 1 {
@@ -477,6 +479,30 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
         let o = check_each_file(&plan, ws.path(), rep);
         assert!(o.temps <= 1, "rep {rep}: {} temporary files", o.temps);
         temps += o.temps;
+        // The next patch that writes in that directory removes it: its writer is dead.
+        for temp in files_below(ws.path())
+            .into_iter()
+            .filter(|f| is_patch_temp(f))
+        {
+            let dir = temp.parent().unwrap_or(Path::new(""));
+            let add = format!(
+                "*** Begin Patch\n*** Add File: {}\n+swept\n*** End Patch",
+                dir.join(format!("swept-{rep}.txt")).display()
+            );
+            let r = tools
+                .apply_patch(api::ApplyPatchRequest {
+                    session_id: s.clone(),
+                    patch: add,
+                })
+                .await;
+            assert!(r.is_ok(), "rep {rep}: {r:?}");
+            assert!(
+                !ws.path().join(&temp).exists(),
+                "rep {rep}: {} is still there after the next patch in its directory",
+                temp.display()
+            );
+            swept += 1;
+        }
         match (o.old, o.new) {
             (_, 0) => all_old += 1,
             (0, _) => all_new += 1,
@@ -485,7 +511,8 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
     }
     eprintln!(
         "{REPS} kills in {:?} (kill windows {durations:?}): {killed} calls failed; files all old \
-         {all_old}, all new {all_new}, mixed {mixed}; {temps} temporary files left",
+         {all_old}, all new {all_new}, mixed {mixed}; {temps} temporary files left, {swept} \
+         removed by the next patch in their directory",
         started.elapsed(),
     );
     // The kills landed inside the commit often enough for the check to mean something.

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::fs::{self, Permissions};
 use std::io::{self, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,7 @@ use super::parser::{Hunk, Patch};
 use super::paths::resolve;
 use super::update::compute_update;
 use super::{FileChange, FileChangeKind, PatchContext};
+use crate::tools::transfer::fsx::{lock_staging, remove_unlocked};
 use crate::tools::{ErrorKind, ToolError, kind_of_io, resolve_path};
 
 /// `EISDIR` (Linux and macOS).
@@ -476,13 +478,46 @@ fn inject(_point: Point, _path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `name` is one of [`write_atomic`]'s temporary names: `.corral-patch-`, six letters or
+/// digits (tempfile's), `.tmp`.
+fn is_patch_temp(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes()
+        .strip_prefix(TEMP_PREFIX.as_bytes())
+        .and_then(|r| r.strip_suffix(TEMP_SUFFIX.as_bytes()))
+        .is_some_and(|r| r.len() == 6 && r.iter().all(u8::is_ascii_alphanumeric))
+}
+
+/// Removes the temporary files a commit killed between its link and its rename left in the
+/// directories this plan writes to: theirs are unlocked (their writer died), a live commit's
+/// are locked. Each directory once.
+fn remove_stale_temps(plan: &Plan) {
+    let mut dirs: Vec<&Path> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Write { target, .. } => target.parent(),
+            Op::Remove { .. } => None,
+        })
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    for dir in dirs {
+        // A directory the plan is about to create has nothing in it yet.
+        if let Ok(fd) = fs::File::open(dir) {
+            remove_unlocked(fd.as_fd(), is_patch_temp, None);
+        }
+    }
+}
+
 /// Writes `content` to `target` atomically: a reader (or a crash) sees the old file or the new
 /// one, never part of either. `perms` are set on the new file; `None` gives `0666 & ~umask`.
 ///
 /// The content goes to an unnamed file (`O_TMPFILE`) in the target's directory, is synced, then
 /// linked under a temporary name and renamed over the target at once. A worker killed while it
 /// writes therefore leaves nothing behind: only a kill in the instant between the link and the
-/// rename can leave a `.corral-patch-*.tmp` file. Where the filesystem has no `O_TMPFILE` (or
+/// rename can leave a `.corral-patch-*.tmp` file, and the file is locked before it is linked,
+/// so the next commit writing in that directory knows it was left behind and removes it. Where the filesystem has no `O_TMPFILE` (or
 /// there is no `/proc` to name the file by) a named temporary file is written instead. Either
 /// temporary file is removed on any failure.
 fn write_atomic(
@@ -498,6 +533,8 @@ fn write_atomic(
         Err(e) => return Err(e),
     };
     fill(&file, content, perms)?;
+    // Before it has a name: a later patch must see it in use while it is linked.
+    lock_staging(file.as_fd()).map_err(io::Error::from)?;
     inject(point, target)?;
     let named = match temp_builder().make_in(dir, |name| link_unnamed(&file, name)) {
         Ok(named) => named,
@@ -524,6 +561,7 @@ fn write_named(
         builder.permissions(Permissions::from_mode(0o666));
     }
     let tmp = builder.tempfile_in(dir)?;
+    lock_staging(tmp.as_file().as_fd()).map_err(io::Error::from)?;
     fill(tmp.as_file(), content, perms)?;
     inject(point, target)?;
     tmp.persist(target).map_err(|e| e.error)?;
@@ -650,6 +688,7 @@ pub fn commit(plan: &Plan) -> Result<(), CommitError> {
         }
     }
 
+    remove_stale_temps(plan);
     let mut done: Vec<(&Path, &Path)> = Vec::new();
     let mut created = Vec::new();
     let mut failure = None;

@@ -248,6 +248,59 @@ mod tests {
     }
 
     #[test]
+    fn a_temporary_file_a_killed_commit_left_is_removed_by_the_next_one_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        let ctx = PatchContext {
+            cwd: d.to_path_buf(),
+            writable_roots: vec![d.to_path_buf()],
+            read_only: false,
+            protected_names: vec![],
+            protected_paths: vec![],
+        };
+        // Left by a dead commit (nobody holds its lock), one still being committed (locked),
+        // one made write-only, and names that are not a commit's temporary file.
+        std::fs::write(d.join("sub/.corral-patch-aB3xY9.tmp"), "stale").unwrap();
+        std::fs::write(d.join("sub/.corral-patch-wr1te0.tmp"), "stale").unwrap();
+        std::fs::set_permissions(
+            d.join("sub/.corral-patch-wr1te0.tmp"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o200),
+        )
+        .unwrap();
+        let live = std::fs::File::create(d.join("sub/.corral-patch-L1ve00.tmp")).unwrap();
+        crate::tools::transfer::fsx::lock_staging(std::os::fd::AsFd::as_fd(&live)).unwrap();
+        let keep = [
+            ".corral-patch-abc.tmp",
+            ".corral-patch-abcdef.txt",
+            "corral-patch-abcdef.tmp",
+            ".corral-patch-abc-ef.tmp",
+        ];
+        for k in keep {
+            std::fs::write(d.join("sub").join(k), "mine").unwrap();
+        }
+        // In another directory: not looked at.
+        std::fs::write(d.join(".corral-patch-aB3xY9.tmp"), "elsewhere").unwrap();
+
+        apply_patch(
+            "*** Begin Patch\n*** Add File: sub/new.txt\n+hi\n*** End Patch",
+            &ctx,
+        )
+        .unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(d.join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut want: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+        want.extend([".corral-patch-L1ve00.tmp".into(), "new.txt".into()]);
+        want.sort();
+        assert_eq!(left, want);
+        assert!(d.join(".corral-patch-aB3xY9.tmp").exists());
+        drop(live);
+    }
+
+    #[test]
     fn summary_groups_a_m_d() {
         let change = |spelled: &str, kind| FileChange {
             path: PathBuf::from("/w").join(spelled),

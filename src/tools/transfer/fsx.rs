@@ -132,11 +132,22 @@ pub fn lock_staging(fd: BorrowedFd<'_>) -> nix::Result<()> {
 const STALE_SYMLINK_SECS: i64 = 60;
 
 /// Removes the stagings of `name` in `dir` that a transfer left behind when its process died
-/// (a worker killed mid-upload): those whose lock nobody holds. A staging in use keeps its
-/// lock and is left alone, and so is anything that only looks like one but cannot be opened
-/// and locked (a FIFO, a directory without read permission). Never follows a symlink. Returns
-/// how many were removed.
+/// (a worker killed mid-upload). Returns how many were removed.
 pub fn remove_stale_stagings(dir: BorrowedFd<'_>, name: &OsStr) -> usize {
+    remove_unlocked(dir, |c| is_staging_of(name, c), Some(STALE_SYMLINK_SECS))
+}
+
+/// Removes the entries of `dir` that `pick` names as stagings and whose lock
+/// ([`lock_staging`]) nobody holds: their writer died. A staging in use keeps its lock and is
+/// left alone, and so is anything that only looks like one but cannot be opened and locked (a
+/// FIFO, a file or directory without read or write permission). A symlink, which cannot be
+/// locked, is removed only when older than `symlinks_after` seconds (`None`: never). Never
+/// follows a symlink. Shared with apply_patch's temporary files. Returns how many were removed.
+pub fn remove_unlocked(
+    dir: BorrowedFd<'_>,
+    pick: impl Fn(&OsStr) -> bool,
+    symlinks_after: Option<i64>,
+) -> usize {
     let Ok(fd) = openat(dir, ".", DIR_FLAGS, Mode::empty()) else {
         return 0;
     };
@@ -147,24 +158,31 @@ pub fn remove_stale_stagings(dir: BorrowedFd<'_>, name: &OsStr) -> usize {
         .iter()
         .filter_map(Result::ok)
         .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
-        .filter(|c| is_staging_of(name, c))
+        .filter(|c| pick(c))
         .collect();
     candidates
         .iter()
-        .filter(|c| remove_if_stale(dir, c).unwrap_or(false))
+        .filter(|c| remove_if_unlocked(dir, c, symlinks_after).unwrap_or(false))
         .count()
 }
 
 /// Removes one staging if nobody holds its lock; `Ok(false)` if it is in use or not a staging
 /// this can judge.
-fn remove_if_stale(dir: BorrowedFd<'_>, candidate: &OsStr) -> nix::Result<bool> {
+fn remove_if_unlocked(
+    dir: BorrowedFd<'_>,
+    candidate: &OsStr,
+    symlinks_after: Option<i64>,
+) -> nix::Result<bool> {
     let seen = lstat_at(dir, candidate)?;
     match node_of(&seen) {
         Node::Symlink => {
+            let Some(after) = symlinks_after else {
+                return Ok(false);
+            };
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
-            if now - seen.st_ctime < STALE_SYMLINK_SECS {
+            if now - seen.st_ctime < after {
                 return Ok(false);
             }
             unlinkat(dir, candidate, UnlinkatFlags::NoRemoveDir)?;
@@ -172,18 +190,25 @@ fn remove_if_stale(dir: BorrowedFd<'_>, candidate: &OsStr) -> nix::Result<bool> 
         }
         Node::File | Node::Directory => {
             // O_NONBLOCK: never wait on whatever is there now; O_NOFOLLOW: never leave `dir`.
-            let fd = openat(
-                dir,
-                candidate,
-                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )?;
+            // Write-only for a file its writer made write-only (no data is touched either way).
+            let open = |access: OFlag| {
+                openat(
+                    dir,
+                    candidate,
+                    access | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+            };
+            let fd = match open(OFlag::O_RDONLY) {
+                Err(Errno::EACCES) if node_of(&seen) == Node::File => open(OFlag::O_WRONLY)?,
+                other => other?,
+            };
             match lock_staging(fd.as_fd()) {
                 Ok(()) => {}
                 Err(Errno::EWOULDBLOCK) => return Ok(false),
                 Err(e) => return Err(e),
             }
-            // Locked: no live transfer holds it. Remove it only if the name still is the thing
+            // Locked: no live writer holds it. Remove it only if the name still is the thing
             // that was locked.
             let locked = nix::sys::stat::fstat(&fd)?;
             let now = lstat_at(dir, candidate)?;

@@ -19,7 +19,8 @@
 //!   as many bytes as their size said.
 
 pub mod destination;
-mod fsx;
+// Shared with apply_patch: the staging lock and the removal of what a dead writer left.
+pub(crate) mod fsx;
 pub mod receive;
 pub mod send;
 pub mod small;
