@@ -272,11 +272,12 @@ async fn h2_a_root_cannot_become_a_git_dir_and_a_missing_gitdir_is_guarded() {
     assert_eq!(r.exit_code, 0, "{}", r.output);
 }
 
-/// H2, a variant found by review: a `.git` file's missing gitdir one level below an existing
-/// directory of the root (`sub/wt`) made inside `sub` while `sub` is moved away, and `sub`
-/// moved back — no event of the guard names `sub/wt`. The gitdir must not survive the call.
+/// H2/H9, a variant found by review: a `.git` file's missing gitdir one level below an existing
+/// directory of the root (`sub/wt`), built inside `sub` while `sub` is moved away and then moved
+/// back — no event of the guard names `sub/wt`. Now `sub` is pinned like a protected gitdir's
+/// parents, so it cannot be moved or removed, and a gitdir made in place is taken away.
 #[tokio::test]
-async fn h2_a_missing_gitdir_made_while_its_parent_is_moved_away_is_taken_away() {
+async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_place_is_taken_away() {
     let d = Daemon::start(&[]).await;
     let base = outside();
     let proj = base.path().join("proj");
@@ -284,15 +285,19 @@ async fn h2_a_missing_gitdir_made_while_its_parent_is_moved_away_is_taken_away()
     let marker = base.path().join("moved-pwned");
     let wt = proj.join("sub/wt");
     std::fs::write(proj.join(".git"), format!("gitdir: {}\n", wt.display())).unwrap();
-    let plant = format!(
-        "mkdir -p x/wt/objects x/wt/refs/heads && printf 'ref: refs/heads/main\\n' > x/wt/HEAD \
-         && printf '[core]\\n\\tfsmonitor = \"echo RAN > {marker}; false\"\\n' > x/wt/config",
-        marker = marker.display()
-    );
-    // Baseline on the host: the planted gitdir makes git trust its config.
+    let plant = |at: &str| {
+        format!(
+            "mkdir -p {at}/wt/objects {at}/wt/refs/heads && printf 'ref: refs/heads/main\\n' > \
+             {at}/wt/HEAD && printf '[core]\\n\\tfsmonitor = \"echo RAN > {marker}; false\"\\n' > \
+             {at}/wt/config",
+            marker = marker.display()
+        )
+    };
+    // Baseline on the host: the gitdir built in a moved-away parent makes git trust its config.
     host_sh(&format!(
-        "cd '{}' && mv sub x && {plant} && mv x sub",
-        proj.display()
+        "cd '{}' && mv sub x && {} && mv x sub",
+        proj.display(),
+        plant("x")
     ));
     assert!(
         host_git_discovers(&proj),
@@ -301,36 +306,46 @@ async fn h2_a_missing_gitdir_made_while_its_parent_is_moved_away_is_taken_away()
     std::fs::remove_dir_all(&wt).unwrap();
 
     let id = ww(&d, &proj, &[], false).await.unwrap();
-    for pause in ["0", "0.05"] {
-        let r = d
-            .sh(
-                &id,
-                &format!("mv sub x && {plant} && sleep {pause} && mv x sub"),
-            )
-            .await;
-        assert!(
-            r.output.contains(&format!(
-                "protected workspace metadata path {}",
-                wt.display()
-            )),
-            "pause {pause}: {}",
-            r.output
-        );
-        assert!(!exists(&wt), "pause {pause}: the gitdir survived the call");
-        assert!(exists(&proj.join("sub")), "pause {pause}: sub is back");
-        assert!(
-            !host_git_discovers(&proj),
-            "pause {pause}: git found the gitdir"
-        );
-        assert!(
-            !host_git_runs_hook(&proj, &marker),
-            "pause {pause}: the host's git ran the planted config"
-        );
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "mv sub x; echo rc1=$?; rmdir sub; echo rc2=$?; mkdir x && mv -T x sub; \
+                 echo rc3=$?; {}; mv -T x sub; echo rc4=$?; rm -rf x",
+                plant("x")
+            ),
+        )
+        .await;
+    for rc in ["rc1=1", "rc2=1", "rc3=1", "rc4=1"] {
+        assert!(r.output.contains(rc), "{rc}: {}", r.output);
     }
-    // Allowed: the same moves with other names.
-    let r = d.sh(&id, "mv sub x && mkdir x/other && mv x sub").await;
+    assert!(exists(&proj.join("sub")), "sub stays: {}", r.output);
+    assert!(!exists(&wt), "{}", r.output);
+    // Made in place instead: taken away at once.
+    let r = d.sh(&id, &plant("sub")).await;
+    assert!(
+        r.output.contains(&format!(
+            "protected workspace metadata path {}",
+            wt.display()
+        )),
+        "{}",
+        r.output
+    );
+    assert!(!exists(&wt), "the gitdir survived the call");
+    assert!(!host_git_discovers(&proj), "git found the gitdir");
+    assert!(
+        !host_git_runs_hook(&proj, &marker),
+        "the host's git ran the planted config"
+    );
+    // Allowed: other directories move, and sub takes other files.
+    let r = d
+        .sh(
+            &id,
+            "mkdir other && mv other moved && mkdir sub/fine && echo ok > sub/fine/f",
+        )
+        .await;
     assert_eq!(r.exit_code, 0, "{}", r.output);
-    assert!(exists(&proj.join("sub/other")));
+    assert!(exists(&proj.join("moved")) && exists(&proj.join("sub/fine/f")));
 }
 
 /// Finding 4 (F06–F08): a root nested below another writable root, redirected by renaming its

@@ -32,10 +32,10 @@ fn setup_text(setup: &crate::wire::SetupFailure, message: &str) -> String {
     text
 }
 
-/// The worker serving the call exited while it was in flight.
 const WORKER_DIED: &str = "the sandbox worker serving this session exited while the call was \
      in flight; the call was lost. A new worker is started on the next call; retry it";
 
+/// The worker serving the call exited while it was in flight.
 pub fn worker_died() -> Status {
     Status::unavailable(WORKER_DIED)
 }

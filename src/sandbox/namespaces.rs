@@ -594,11 +594,18 @@ fn move_mount(fd: &OwnedFd, target: &Path) -> Result<(), LayerError> {
 }
 
 /// Directories that must not be renamed from inside (step 3c): for each writable root nested in
-/// another and each protected path, every directory strictly between the deepest enclosing
-/// writable root and it. Shallowest first, deduplicated.
+/// another, each protected path and each guarded missing path (a `.git` file's gitdir that does
+/// not exist yet: the guard takes it away if it appears, and the pin keeps it from being built
+/// in a parent moved away and moved back), every directory strictly between the deepest
+/// enclosing writable root and it. A guarded missing path is the first missing component, so
+/// its ancestors exist. Shallowest first, deduplicated.
 fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    let targets = policy.writable_roots.iter().chain(&policy.protected_paths);
+    let targets = policy
+        .writable_roots
+        .iter()
+        .chain(&policy.protected_paths)
+        .chain(&policy.protected_missing);
     for target in targets {
         let Some(enclosing) = policy
             .writable_roots
@@ -920,6 +927,38 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.base);
         }
+    }
+
+    #[test]
+    fn the_existing_parents_of_a_missing_gitdir_are_pinned() {
+        let s = Scratch::new();
+        std::fs::create_dir_all(s.root.join("sub/deeper")).unwrap();
+        // A gitdir one and two levels below existing directories, and one whose first missing
+        // component is directly in the root (nothing between to pin).
+        std::fs::write(
+            s.root.join(".git"),
+            format!("gitdir: {}\n", s.root.join("sub/deeper/wt").display()),
+        )
+        .unwrap();
+        let policy = s.policy();
+        assert!(
+            policy
+                .protected_missing
+                .contains(&s.root.join("sub/deeper/wt")),
+            "{:?}",
+            policy.protected_missing
+        );
+        let pins = ancestors_to_pin(&policy);
+        assert_eq!(pins, [s.root.join("sub"), s.root.join("sub/deeper")]);
+
+        std::fs::write(
+            s.root.join(".git"),
+            format!("gitdir: {}\n", s.root.join("gone/wt").display()),
+        )
+        .unwrap();
+        let policy = s.policy();
+        assert!(policy.protected_missing.contains(&s.root.join("gone")));
+        assert_eq!(ancestors_to_pin(&policy), Vec::<PathBuf>::new());
     }
 
     fn is_root() -> bool {
