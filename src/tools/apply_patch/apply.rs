@@ -17,7 +17,7 @@ use super::parser::{Hunk, Patch};
 use super::paths::resolve;
 use super::update::compute_update;
 use super::{FileChange, FileChangeKind, PatchContext};
-use crate::tools::transfer::fsx::{lock_staging, remove_unlocked};
+use crate::tools::transfer::fsx::{lock_staging, locks_unsupported, remove_unlocked};
 use crate::tools::{ErrorKind, ToolError, kind_of_io, resolve_path};
 
 /// `EISDIR` (Linux and macOS).
@@ -488,6 +488,15 @@ fn is_patch_temp(name: &std::ffi::OsStr) -> bool {
         .is_some_and(|r| r.len() == 6 && r.iter().all(u8::is_ascii_alphanumeric))
 }
 
+/// Locks a temporary file as in use (`fsx::lock_staging`); where the filesystem keeps no locks
+/// it goes unlocked, and no later commit can lock it to take it for one left behind.
+fn lock_temp(file: &fs::File) -> io::Result<()> {
+    match lock_staging(file.as_fd()) {
+        Err(e) if !locks_unsupported(e) => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
 /// Removes the temporary files a commit killed between its link and its rename left in the
 /// directories this plan writes to: theirs are unlocked (their writer died), a live commit's
 /// are locked. Each directory once.
@@ -534,7 +543,7 @@ fn write_atomic(
     };
     fill(&file, content, perms)?;
     // Before it has a name: a later patch must see it in use while it is linked.
-    lock_staging(file.as_fd()).map_err(io::Error::from)?;
+    lock_temp(&file)?;
     inject(point, target)?;
     let named = match temp_builder().make_in(dir, |name| link_unnamed(&file, name)) {
         Ok(named) => named,
@@ -561,7 +570,7 @@ fn write_named(
         builder.permissions(Permissions::from_mode(0o666));
     }
     let tmp = builder.tempfile_in(dir)?;
-    lock_staging(tmp.as_file().as_fd()).map_err(io::Error::from)?;
+    lock_temp(tmp.as_file())?;
     fill(tmp.as_file(), content, perms)?;
     inject(point, target)?;
     tmp.persist(target).map_err(|e| e.error)?;

@@ -127,6 +127,13 @@ pub fn lock_staging(fd: BorrowedFd<'_>) -> nix::Result<()> {
     Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }).map(drop)
 }
 
+/// Whether a [`lock_staging`] error means this filesystem keeps no such locks. A writer goes on
+/// without one: its staging then cannot be locked by a remover either, so it is never taken for
+/// one left behind.
+pub fn locks_unsupported(e: Errno) -> bool {
+    matches!(e, Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::EINVAL)
+}
+
 /// How old a staged symlink must be to count as left behind: a symlink cannot be locked, and
 /// a live transfer makes one only the moment before renaming it into place.
 const STALE_SYMLINK_SECS: i64 = 60;

@@ -508,6 +508,7 @@ fn hold(
     match fsx::lock_staging(fd) {
         Ok(()) => {}
         Err(Errno::EWOULDBLOCK) => return Err(taken()),
+        Err(e) if fsx::locks_unsupported(e) => {}
         Err(e) => return Err(sys_error("cannot lock", at, e)),
     }
     let held = nix::sys::stat::fstat(fd).map_err(|e| sys_error("cannot stat", at, e))?;
