@@ -320,6 +320,9 @@ async fn download_tree(
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let result = (|| -> Result<Summary, ToolError> {
+            // A copy interrupted before (Ctrl-C, a killed CLI) may have left its staging: one
+            // listing of the destination's directory per copy is cheap.
+            crate::tools::transfer::fsx::set_leftovers_possible(true);
             let mut receiver = Receiver::new(Destination::local(&target)?, overwrite)?;
             while let Some(item) = rx.blocking_recv() {
                 match item {

@@ -197,6 +197,7 @@ impl Executor {
             &crate::worker::serve::WorkerSpec {
                 policy,
                 degraded: self.pool.degraded().to_vec(),
+                replaces_a_dead_worker: false,
             },
             None,
         )

@@ -822,15 +822,18 @@ impl WorkerPool {
         slot: &tokio::sync::Mutex<Option<Arc<Worker>>>,
     ) -> Result<Arc<Worker>, Status> {
         let mut current = slot.lock().await;
-        match current.as_ref() {
+        let replaces_a_dead_worker = match current.as_ref() {
             Some(worker) if !worker.is_dead() => return Ok(worker.clone()),
-            Some(_) => tracing::info!(
-                mode = policy.mode.as_str(),
-                "replacing a sandbox worker that exited"
-            ),
-            None => {}
-        }
-        let worker = self.spawn(policy).await?;
+            Some(_) => {
+                tracing::info!(
+                    mode = policy.mode.as_str(),
+                    "replacing a sandbox worker that exited"
+                );
+                true
+            }
+            None => false,
+        };
+        let worker = self.spawn(policy, replaces_a_dead_worker).await?;
         *current = Some(worker.clone());
         Ok(worker)
     }
@@ -872,7 +875,11 @@ impl WorkerPool {
         }
     }
 
-    async fn spawn(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+    async fn spawn(
+        &self,
+        policy: &SandboxPolicy,
+        replaces_a_dead_worker: bool,
+    ) -> Result<Arc<Worker>, Status> {
         // A spare is only usable if it sits in a cgroup whenever workers get one.
         let spare = self
             .take_spare()
@@ -921,6 +928,7 @@ impl WorkerPool {
         let spec = WorkerSpec {
             policy: policy.clone(),
             degraded: self.degraded.clone(),
+            replaces_a_dead_worker,
         };
         Worker::specialise(spare, &spec).await
     }

@@ -34,6 +34,10 @@ pub struct WorkerSpec {
     pub policy: SandboxPolicy,
     /// Layers the operator allows to be missing.
     pub degraded: Vec<Layer>,
+    /// The worker before this one for the same policy died, perhaps in the middle of a write:
+    /// writes look for the stagings and patch temporaries it left (their locks died with it).
+    #[serde(default)]
+    pub replaces_a_dead_worker: bool,
 }
 
 /// Entry point of `corral __worker`; returns the process exit status.
@@ -72,6 +76,7 @@ pub fn worker_main() -> i32 {
             return 70;
         }
     };
+    crate::tools::transfer::fsx::set_leftovers_possible(spec.replaces_a_dead_worker);
     // Confinement closes every other descriptor, so no second handle on the socket exists yet.
     let confined = match confine::confine(&spec.policy, &spec.degraded, &[0, 1, 2, WORKER_FD]) {
         Ok(c) => c,

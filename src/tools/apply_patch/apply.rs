@@ -17,7 +17,9 @@ use super::parser::{Hunk, Patch};
 use super::paths::resolve;
 use super::update::compute_update;
 use super::{FileChange, FileChangeKind, PatchContext};
-use crate::tools::transfer::fsx::{lock_staging, locks_unsupported, remove_unlocked};
+use crate::tools::transfer::fsx::{
+    leftovers_possible, lock_staging, locks_unsupported, remove_unlocked,
+};
 use crate::tools::{ErrorKind, ToolError, kind_of_io, resolve_path};
 
 /// `EISDIR` (Linux and macOS).
@@ -697,7 +699,9 @@ pub fn commit(plan: &Plan) -> Result<(), CommitError> {
         }
     }
 
-    remove_stale_temps(plan);
+    if leftovers_possible() {
+        remove_stale_temps(plan);
+    }
     let mut done: Vec<(&Path, &Path)> = Vec::new();
     let mut created = Vec::new();
     let mut failure = None;

@@ -249,6 +249,7 @@ mod tests {
 
     #[test]
     fn a_temporary_file_a_killed_commit_left_is_removed_by_the_next_one_there() {
+        crate::tools::transfer::fsx::set_leftovers_possible(true);
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir(d.join("sub")).unwrap();

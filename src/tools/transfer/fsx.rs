@@ -104,19 +104,39 @@ pub const STAGING_TAGS: [&str; 2] = ["upload", "old"];
 /// [`STAGING_TAGS`]: `.NAME.corral-TAG-` (NAME cut as it cuts it) and 16 lowercase hex digits.
 pub fn is_staging_of(name: &OsStr, candidate: &OsStr) -> bool {
     let (name, candidate) = (name.as_bytes(), candidate.as_bytes());
+    let Some(rest) = candidate.strip_prefix(b".") else {
+        return false;
+    };
     STAGING_TAGS.iter().any(|tag| {
-        let marker = format!(".corral-{tag}-");
-        let room = NAME_MAX - 1 - marker.len() - 16;
+        let marker_len = ".corral-".len() + tag.len() + 1;
+        let room = NAME_MAX - 1 - marker_len - 16;
         let cut = &name[..name.len().min(room)];
-        let Some(rest) = candidate
-            .strip_prefix(b".")
-            .and_then(|r| r.strip_prefix(cut))
-            .and_then(|r| r.strip_prefix(marker.as_bytes()))
+        let Some(rest) = rest
+            .strip_prefix(cut)
+            .and_then(|r| r.strip_prefix(b".corral-"))
+            .and_then(|r| r.strip_prefix(tag.as_bytes()))
+            .and_then(|r| r.strip_prefix(b"-"))
         else {
             return false;
         };
         rest.len() == 16 && rest.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     })
+}
+
+/// Whether this process should look for what a dead writer left before it writes (see
+/// [`set_leftovers_possible`]). Off by default: the look lists a whole directory, which a
+/// write into a large one should not pay for nothing.
+static LEFTOVERS_POSSIBLE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Turns on the look for stagings and patch temporaries a dead writer left: in a worker that
+/// replaces one that died (the daemon says so in its spec), and in the CLI's one-shot copy.
+pub fn set_leftovers_possible(on: bool) {
+    LEFTOVERS_POSSIBLE.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn leftovers_possible() -> bool {
+    LEFTOVERS_POSSIBLE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Takes the lock that marks a staging as in use: an exclusive `flock` on an open descriptor of
@@ -164,8 +184,8 @@ pub fn remove_unlocked(
     let candidates: Vec<OsString> = listing
         .iter()
         .filter_map(Result::ok)
+        .filter(|e| pick(OsStr::from_bytes(e.file_name().to_bytes())))
         .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
-        .filter(|c| pick(c))
         .collect();
     candidates
         .iter()

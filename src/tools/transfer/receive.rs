@@ -114,7 +114,11 @@ impl Receiver {
         if let (Some(existing), false) = (dest.existing()?, overwrite) {
             return Err(already_exists(&dest.path, &existing));
         }
-        let removed = super::remove_stale_stagings(&dest);
+        let removed = if fsx::leftovers_possible() {
+            super::remove_stale_stagings(&dest)
+        } else {
+            0
+        };
         if removed > 0 {
             eprintln!(
                 "corral: removed {removed} staging(s) of {} that an earlier transfer left \

@@ -493,6 +493,7 @@ fn staging_like(name: &str, tag: &str) -> String {
 
 #[test]
 fn stagings_a_dead_transfer_left_are_removed_by_the_next_transfer_there() {
+    fsx::set_leftovers_possible(true);
     let dst = tempfile::tempdir().unwrap();
     let d = dst.path();
     // Left behind by transfers whose process died: a file, a half-built tree (with a locked-down
@@ -543,6 +544,7 @@ fn stagings_a_dead_transfer_left_are_removed_by_the_next_transfer_there() {
 
 #[test]
 fn a_staging_in_use_is_left_to_its_transfer() {
+    fsx::set_leftovers_possible(true);
     let dst = tempfile::tempdir().unwrap();
     let d = dst.path();
     for root in [entry("", Kind::File, 4), entry("", Kind::Directory, 0)] {
