@@ -519,6 +519,80 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
     assert!(mixed >= REPS / 10, "only {mixed} kills landed mid-commit");
 }
 
+/// What a dead writer left — a patch temporary and an upload staging, neither locked — is
+/// removed by the next write there from the worker that replaces the dead one, and only then:
+/// a worker that replaces nobody does not list directories for it.
+#[tokio::test]
+async fn a_replacement_worker_removes_what_a_dead_writer_left_and_a_first_worker_does_not_look() {
+    use api::upload_request::Item as Up;
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let temp = ws.path().join(".corral-patch-aB3xY9.tmp");
+    let staging = ws.path().join(".out.corral-upload-0123456789abcdef");
+    std::fs::write(&temp, "left by a killed commit").unwrap();
+    std::fs::write(&staging, "left by a killed upload").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    let mut tools = d.tools().await;
+    let patch = |name: &str| api::ApplyPatchRequest {
+        session_id: s.clone(),
+        patch: format!("*** Begin Patch\n*** Add File: {name}\n+x\n*** End Patch"),
+    };
+    let upload = |name: &str| {
+        let msgs = vec![
+            api::UploadRequest {
+                item: Some(Up::Start(api::UploadStart {
+                    session_id: s.clone(),
+                    path: name.into(),
+                    overwrite: true,
+                    ..Default::default()
+                })),
+            },
+            api::UploadRequest {
+                item: Some(Up::Entry(api::TransferEntry {
+                    path: String::new(),
+                    kind: api::EntryKind::File as i32,
+                    size: 1,
+                    ..Default::default()
+                })),
+            },
+            api::UploadRequest {
+                item: Some(Up::Data(b"y".to_vec())),
+            },
+            api::UploadRequest {
+                item: Some(Up::Finish(api::UploadFinish {
+                    entries: 1,
+                    bytes: 1,
+                })),
+            },
+        ];
+        tokio_stream::iter(msgs)
+    };
+    tools.apply_patch(patch("one.txt")).await.unwrap();
+    d.files().await.upload(upload("out")).await.unwrap();
+    assert!(
+        temp.exists() && staging.exists(),
+        "the first worker replaces nobody: it does not look"
+    );
+
+    let serving = serving_workers(&d);
+    assert_eq!(serving.len(), 1, "{serving:?}");
+    sigkill(&serving[0]);
+    assert!(eventually(Duration::from_secs(5), || !present(&serving[0])).await);
+    tools.apply_patch(patch("two.txt")).await.unwrap();
+    assert!(
+        !temp.exists(),
+        "the replacement's patch removed the temporary"
+    );
+    assert!(staging.exists(), "a patch looks for patch temporaries only");
+    d.files().await.upload(upload("out")).await.unwrap();
+    assert!(
+        !staging.exists(),
+        "the replacement's upload removed the staging"
+    );
+    assert_eq!(std::fs::read(ws.path().join("out")).unwrap(), b"y");
+    assert_eq!(std::fs::read(ws.path().join("two.txt")).unwrap(), b"x\n");
+}
+
 /// Every entry below `dir` (directories too) with the content of each file and its mode.
 fn tree(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>, u32)> {
     use std::os::unix::fs::PermissionsExt;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, host_sh, outside};
+use common::{Daemon, eventually, host_sh, outside};
 use corral::api::{self, SandboxMode};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -346,6 +346,65 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
         .await;
     assert_eq!(r.exit_code, 0, "{}", r.output);
     assert!(exists(&proj.join("moved")) && exists(&proj.join("sub/fine/f")));
+    // sub removed on the host (it may), then the worker lost: the next worker, built for the
+    // session's old protection, has nothing to pin there and the session goes on.
+    std::fs::remove_dir_all(proj.join("sub")).unwrap();
+    let killed = kill_workers_of(d.pid());
+    assert!(!killed.is_empty());
+    // Exited (their sockets closed): the daemon sees them go.
+    let gone = || {
+        killed.iter().all(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |st| {
+                st.rsplit_once(") ")
+                    .is_some_and(|(_, r)| r.starts_with('Z'))
+            })
+        })
+    };
+    assert!(eventually(Duration::from_secs(5), gone).await);
+    let r = d.sh(&id, "echo still; mkdir sub").await;
+    assert!(r.output.starts_with("still\n"), "{}", r.output);
+    // What is guarded now is `sub` itself, the gitdir's first missing component.
+    assert!(
+        r.output.contains(&format!(
+            "protected workspace metadata path {}",
+            proj.join("sub").display()
+        )),
+        "{}",
+        r.output
+    );
+    assert!(!exists(&proj.join("sub")));
+}
+
+/// SIGKILLs every sandbox worker below `daemon` (their command lines say `__worker`); returns
+/// their pids.
+fn kill_workers_of(daemon: u32) -> Vec<u32> {
+    let mut killed = Vec::new();
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
+    };
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("__worker") {
+            continue;
+        }
+        let mut up = parent_of(pid);
+        while let Some(p) = up.filter(|p| *p > 1) {
+            if p == daemon {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                killed.push(pid);
+                break;
+            }
+            up = parent_of(p);
+        }
+    }
+    killed
 }
 
 /// Finding 4 (F06–F08): a root nested below another writable root, redirected by renaming its

@@ -201,6 +201,10 @@ impl CorralService {
     /// client hears of the failure (a later transfer there would too). Bounded by
     /// [`UPLOAD_CLEANUP_WAIT`]; a failure is logged, and the client's answer is the same.
     async fn remove_upload_stagings(&self, session: &Session, call: Call) {
+        // A closed session gets no new worker (its pool slot is released).
+        if session.closed.is_cancelled() {
+            return;
+        }
         let removal = self.executor.call(session, call, false, None);
         let outcome = tokio::time::timeout(UPLOAD_CLEANUP_WAIT, removal).await;
         match outcome {

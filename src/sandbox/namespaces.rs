@@ -236,8 +236,14 @@ fn build_view(policy: &SandboxPolicy) -> Result<(), LayerError> {
     // 3c. Pin the way to nested roots and protected paths (H4, H9): every directory between an
     //     enclosing writable root and a nested root or protected path becomes a mount point, so
     //     renaming it from inside fails with EBUSY and a root or a gitdir cannot be swapped.
-    for dir in ancestors_to_pin(policy) {
-        let fd = open_pinned(&dir, None)?;
+    for (dir, needed) in ancestors_to_pin(policy) {
+        // Only on the way to a missing gitdir, a directory gone or replaced since the session's
+        // protection was computed has nothing to pin: the worker's first write finds the change
+        // (`check_current`) and the daemon builds a worker for what is there now.
+        let fd = match open_no_symlinks(&dir) {
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) if !needed => continue,
+            _ => open_pinned(&dir, None)?,
+        };
         let clone = clone_tree_of(&fd, &dir)?;
         attach_at(&clone, &fd, &dir)?;
     }
@@ -598,15 +604,17 @@ fn move_mount(fd: &OwnedFd, target: &Path) -> Result<(), LayerError> {
 /// not exist yet: the guard takes it away if it appears, and the pin keeps it from being built
 /// in a parent moved away and moved back), every directory strictly between the deepest
 /// enclosing writable root and it. A guarded missing path is the first missing component, so
-/// its ancestors exist. Shallowest first, deduplicated.
-fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
+/// its ancestors existed when it was computed. Each with whether it must exist (`false` when
+/// it is only on the way to a missing gitdir). Shallowest first, deduplicated.
+fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<(PathBuf, bool)> {
+    let mut out: Vec<(PathBuf, bool)> = Vec::new();
     let targets = policy
         .writable_roots
         .iter()
         .chain(&policy.protected_paths)
-        .chain(&policy.protected_missing);
-    for target in targets {
+        .map(|t| (t, true))
+        .chain(policy.protected_missing.iter().map(|t| (t, false)));
+    for (target, needed) in targets {
         let Some(enclosing) = policy
             .writable_roots
             .iter()
@@ -620,13 +628,14 @@ fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<PathBuf> {
             if d == enclosing.as_path() || !d.starts_with(enclosing) {
                 break;
             }
-            if !out.iter().any(|o| o == d) {
-                out.push(d.to_path_buf());
+            match out.iter_mut().find(|(o, _)| o == d) {
+                Some((_, n)) => *n |= needed,
+                None => out.push((d.to_path_buf(), needed)),
             }
             dir = d.parent();
         }
     }
-    out.sort_by_key(|d| d.components().count());
+    out.sort_by_key(|(d, _)| d.components().count());
     out
 }
 
@@ -635,44 +644,29 @@ fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<PathBuf> {
 /// checks it is that `(st_dev, st_ino)` (spec/sandbox.md §8.6 H4). A root that was replaced or
 /// redirected since the session opened refuses the worker: nothing is ever re-resolved.
 fn open_pinned(path: &Path, pinned: Option<(u64, u64)>) -> Result<OwnedFd, LayerError> {
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    let c = cpath(path)?;
-    let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    let fd = match open_no_symlinks(path) {
+        Ok(fd) => fd,
+        Err(Errno::ELOOP) => {
+            return Err(fail(
+                format!(
+                    "{} now passes through a symlink; it was a plain directory path when the \
+                     session opened",
+                    path.display()
+                ),
+                Errno::ESTALE,
+            ));
+        }
+        Err(e) => {
+            return Err(fail(
+                format!(
+                    "opening {} without following symlinks failed: {}",
+                    path.display(),
+                    e.desc()
+                ),
+                e,
+            ));
+        }
     };
-    // SAFETY: openat2 with a valid path and a correctly sized open_how.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if r < 0 && Errno::last() == Errno::ELOOP {
-        return Err(fail(
-            format!(
-                "{} now passes through a symlink; it was a plain directory path when the \
-                 session opened",
-                path.display()
-            ),
-            Errno::ESTALE,
-        ));
-    }
-    let fd = owned(
-        r,
-        &format!("opening {} without following symlinks", path.display()),
-    )?;
     if let Some(want) = pinned {
         // SAFETY: fstat on our descriptor into a zeroed struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -693,6 +687,37 @@ fn open_pinned(path: &Path, pinned: Option<(u64, u64)>) -> Result<OwnedFd, Layer
         }
     }
     Ok(fd)
+}
+
+/// `openat2(path, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
+fn open_no_symlinks(path: &Path) -> Result<OwnedFd, Errno> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: openat2 with a valid path and a correctly sized open_how.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    Errno::result(r)?;
+    // SAFETY: a non-negative return of openat2 is a descriptor we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
 }
 
 /// A detached recursive clone of the mount tree at the directory `fd` refers to.
@@ -949,7 +974,13 @@ mod tests {
             policy.protected_missing
         );
         let pins = ancestors_to_pin(&policy);
-        assert_eq!(pins, [s.root.join("sub"), s.root.join("sub/deeper")]);
+        assert_eq!(
+            pins,
+            [
+                (s.root.join("sub"), false),
+                (s.root.join("sub/deeper"), false)
+            ]
+        );
 
         std::fs::write(
             s.root.join(".git"),
@@ -958,7 +989,7 @@ mod tests {
         .unwrap();
         let policy = s.policy();
         assert!(policy.protected_missing.contains(&s.root.join("gone")));
-        assert_eq!(ancestors_to_pin(&policy), Vec::<PathBuf>::new());
+        assert_eq!(ancestors_to_pin(&policy), Vec::<(PathBuf, bool)>::new());
     }
 
     fn is_root() -> bool {

@@ -514,8 +514,13 @@ fn remove_stale_temps(plan: &Plan) {
     dirs.sort();
     dirs.dedup();
     for dir in dirs {
-        // A directory the plan is about to create has nothing in it yet.
-        if let Ok(fd) = fs::File::open(dir) {
+        // A directory the plan is about to create has nothing in it yet. O_DIRECTORY: never
+        // blocks on a FIFO put in its place.
+        let flags = nix::fcntl::OFlag::O_RDONLY
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NONBLOCK
+            | nix::fcntl::OFlag::O_CLOEXEC;
+        if let Ok(fd) = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()) {
             remove_unlocked(fd.as_fd(), is_patch_temp, None);
         }
     }

@@ -261,7 +261,8 @@ mod tests {
             protected_paths: vec![],
         };
         // Left by a dead commit (nobody holds its lock), one still being committed (locked),
-        // one made write-only, and names that are not a commit's temporary file.
+        // one made write-only (opened write-only to lock it; as root its mode is no obstacle),
+        // and names that are not a commit's temporary file.
         std::fs::write(d.join("sub/.corral-patch-aB3xY9.tmp"), "stale").unwrap();
         std::fs::write(d.join("sub/.corral-patch-wr1te0.tmp"), "stale").unwrap();
         std::fs::set_permissions(

@@ -96,31 +96,28 @@ pub fn staging_name(name: &OsStr, tag: &str) -> OsString {
     OsString::from_vec(out)
 }
 
-/// The tags of the staging names a transfer to a destination makes beside it: the staging of
-/// what is received, and the replaced tree moved aside.
-pub const STAGING_TAGS: [&str; 2] = ["upload", "old"];
+/// The tag of the staging a transfer receives into. Only these are ever removed as left
+/// behind: a replaced tree moved aside (`old`, where the filesystem cannot swap) may be the
+/// only copy of the user's data when its writer died, so it stays for the user.
+const UPLOAD_TAG: &str = "upload";
 
-/// Whether `candidate` is a name [`staging_name`] makes for `name` with one of
-/// [`STAGING_TAGS`]: `.NAME.corral-TAG-` (NAME cut as it cuts it) and 16 lowercase hex digits.
+/// Whether `candidate` is a name [`staging_name`] makes for `name` with [`UPLOAD_TAG`]:
+/// `.NAME.corral-upload-` (NAME cut as it cuts it) and 16 lowercase hex digits.
 pub fn is_staging_of(name: &OsStr, candidate: &OsStr) -> bool {
     let (name, candidate) = (name.as_bytes(), candidate.as_bytes());
-    let Some(rest) = candidate.strip_prefix(b".") else {
+    let marker_len = ".corral-".len() + UPLOAD_TAG.len() + 1;
+    let room = NAME_MAX - 1 - marker_len - 16;
+    let cut = &name[..name.len().min(room)];
+    let Some(rest) = candidate
+        .strip_prefix(b".")
+        .and_then(|r| r.strip_prefix(cut))
+        .and_then(|r| r.strip_prefix(b".corral-"))
+        .and_then(|r| r.strip_prefix(UPLOAD_TAG.as_bytes()))
+        .and_then(|r| r.strip_prefix(b"-"))
+    else {
         return false;
     };
-    STAGING_TAGS.iter().any(|tag| {
-        let marker_len = ".corral-".len() + tag.len() + 1;
-        let room = NAME_MAX - 1 - marker_len - 16;
-        let cut = &name[..name.len().min(room)];
-        let Some(rest) = rest
-            .strip_prefix(cut)
-            .and_then(|r| r.strip_prefix(b".corral-"))
-            .and_then(|r| r.strip_prefix(tag.as_bytes()))
-            .and_then(|r| r.strip_prefix(b"-"))
-        else {
-            return false;
-        };
-        rest.len() == 16 && rest.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
+    rest.len() == 16 && rest.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Whether this process should look for what a dead writer left before it writes (see
@@ -170,11 +167,21 @@ pub fn remove_stale_stagings(dir: BorrowedFd<'_>, name: &OsStr) -> usize {
 /// FIFO, a file or directory without read or write permission). A symlink, which cannot be
 /// locked, is removed only when older than `symlinks_after` seconds (`None`: never). Never
 /// follows a symlink. Shared with apply_patch's temporary files. Returns how many were removed.
+///
+/// Only in a directory of this process's user that no one else may write to, and only entries
+/// of that user: a staging is always its writer's, and anyone else able to name a thing there
+/// (a tree it could not remove itself, renamed to a staging's name) must not get it removed by
+/// a more privileged remover.
 pub fn remove_unlocked(
     dir: BorrowedFd<'_>,
     pick: impl Fn(&OsStr) -> bool,
     symlinks_after: Option<i64>,
 ) -> usize {
+    let me = nix::unistd::geteuid().as_raw();
+    match nix::sys::stat::fstat(dir) {
+        Ok(st) if st.st_uid == me && st.st_mode & 0o022 == 0 => {}
+        _ => return 0,
+    }
     let Ok(fd) = openat(dir, ".", DIR_FLAGS, Mode::empty()) else {
         return 0;
     };
@@ -201,6 +208,9 @@ fn remove_if_unlocked(
     symlinks_after: Option<i64>,
 ) -> nix::Result<bool> {
     let seen = lstat_at(dir, candidate)?;
+    if seen.st_uid != nix::unistd::geteuid().as_raw() {
+        return Ok(false);
+    }
     match node_of(&seen) {
         Node::Symlink => {
             let Some(after) = symlinks_after else {

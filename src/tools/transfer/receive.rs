@@ -189,22 +189,13 @@ impl Receiver {
                 return Err(kind_mismatch(&self.dest.path, &existing, entry.kind));
             }
         }
-        let staged = fsx::staging_name(&self.dest.name, "upload");
-        let parent = self.dest.parent.as_fd();
-        let at = self
-            .dest
-            .path
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .join(&staged);
         self.summary.count(entry.kind);
         self.stage = match entry.kind {
             Kind::File => {
-                let file = create_file(parent, &staged, &at, entry.size)?;
-                hold(parent, &staged, file.as_fd(), &at)?;
-                let lock = file
-                    .try_clone()
-                    .map_err(|e| super::io_error("cannot keep open", &at, e))?;
+                let (staged, made) = self.make_staging(Kind::File, entry.size)?;
+                let Made::File { file, lock } = made else {
+                    unreachable!("a file staging for a file entry");
+                };
                 Stage::File {
                     staged,
                     _lock: lock,
@@ -222,17 +213,10 @@ impl Receiver {
                 staged: None,
             },
             Kind::Directory => {
-                mkdirat(parent, staged.as_os_str(), Mode::from_bits_truncate(0o700))
-                    .map_err(|e| sys_error("cannot create directory", &at, e))?;
-                // From here on the staging exists: a failure below must still remove it.
-                let root = match fsx::open_dir(parent, &staged) {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        let _ = fsx::remove_tree(parent, &staged);
-                        return Err(changed(&at, e));
-                    }
+                let (staged, made) = self.make_staging(Kind::Directory, 0)?;
+                let Made::Tree(root) = made else {
+                    unreachable!("a tree staging for a directory entry");
                 };
-                hold(parent, &staged, root.as_fd(), &at)?;
                 Stage::Tree {
                     staged,
                     root,
@@ -246,6 +230,65 @@ impl Receiver {
             }
         };
         Ok(())
+    }
+
+    /// Makes the staging of a file or a tree under a fresh name and locks it. A remover of
+    /// stagings left behind can take one in the instant between its making and its lock (and
+    /// removes it): then another name is tried.
+    fn make_staging(&self, kind: Kind, size: u64) -> Result<(OsString, Made), ToolError> {
+        let parent = self.dest.parent.as_fd();
+        for _ in 0..3 {
+            let staged = fsx::staging_name(&self.dest.name, "upload");
+            let at = self
+                .dest
+                .path
+                .parent()
+                .unwrap_or(Path::new("/"))
+                .join(&staged);
+            let made = if kind == Kind::Directory {
+                mkdirat(parent, staged.as_os_str(), Mode::from_bits_truncate(0o700))
+                    .map_err(|e| sys_error("cannot create directory", &at, e))?;
+                match fsx::open_dir(parent, &staged) {
+                    Ok(fd) => Made::Tree(fd),
+                    Err(e) => {
+                        let _ = fsx::remove_tree(parent, &staged);
+                        return Err(changed(&at, e));
+                    }
+                }
+            } else {
+                let file = create_file(parent, &staged, &at, size)?;
+                match file.try_clone() {
+                    Ok(lock) => Made::File { file, lock },
+                    Err(e) => {
+                        drop(file);
+                        let _ = fsx::remove_tree(parent, &staged);
+                        return Err(super::io_error("cannot keep open", &at, e));
+                    }
+                }
+            };
+            let fd = match &made {
+                Made::File { lock, .. } => lock.as_fd(),
+                Made::Tree(root) => root.as_fd(),
+            };
+            match hold(parent, &staged, fd) {
+                Ok(()) => return Ok((staged, made)),
+                // Taken: its remover removes it.
+                Err(None) => continue,
+                Err(Some(e)) => {
+                    drop(made);
+                    let _ = fsx::remove_tree(parent, &staged);
+                    return Err(sys_error("cannot lock", &at, e));
+                }
+            }
+        }
+        Err(ToolError::new(
+            ErrorKind::Aborted,
+            format!(
+                "the staging beside {} was taken away three times as it was made (another \
+                 transfer there removing what it took for leftovers); nothing was changed, retry",
+                self.dest.path.display()
+            ),
+        ))
     }
 
     /// An entry below the root of a tree.
@@ -490,35 +533,29 @@ impl Drop for Receiver {
     }
 }
 
+/// A staging just made, open.
+enum Made {
+    /// The file being filled, and a second descriptor of it that holds the lock after the
+    /// first is closed.
+    File { file: File, lock: File },
+    /// The staged root directory, which holds the lock.
+    Tree(OwnedFd),
+}
+
 /// Locks a staging just made (`fsx::lock_staging`) and checks its name is still the thing
-/// locked. Either fails only when a transfer that started meanwhile took the staging for one
-/// left behind (it removes it); nothing is removed here then.
-fn hold(
-    parent: BorrowedFd<'_>,
-    staged: &OsStr,
-    fd: BorrowedFd<'_>,
-    at: &Path,
-) -> Result<(), ToolError> {
-    let taken = || {
-        ToolError::new(
-            ErrorKind::Aborted,
-            format!(
-                "{} was taken away by another transfer to the same destination as it was \
-                 made; nothing was changed, retry",
-                at.display()
-            ),
-        )
-    };
+/// locked. `Err(None)`: a remover took it meanwhile (nothing to remove here then);
+/// `Err(Some(e))`: the lock or the check failed otherwise.
+fn hold(parent: BorrowedFd<'_>, staged: &OsStr, fd: BorrowedFd<'_>) -> Result<(), Option<Errno>> {
     match fsx::lock_staging(fd) {
         Ok(()) => {}
-        Err(Errno::EWOULDBLOCK) => return Err(taken()),
+        Err(Errno::EWOULDBLOCK) => return Err(None),
         Err(e) if fsx::locks_unsupported(e) => {}
-        Err(e) => return Err(sys_error("cannot lock", at, e)),
+        Err(e) => return Err(Some(e)),
     }
-    let held = nix::sys::stat::fstat(fd).map_err(|e| sys_error("cannot stat", at, e))?;
+    let held = nix::sys::stat::fstat(fd).map_err(Some)?;
     match fsx::lstat_at(parent, staged) {
         Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => Ok(()),
-        _ => Err(taken()),
+        _ => Err(None),
     }
 }
 

@@ -497,15 +497,16 @@ fn stagings_a_dead_transfer_left_are_removed_by_the_next_transfer_there() {
     let dst = tempfile::tempdir().unwrap();
     let d = dst.path();
     // Left behind by transfers whose process died: a file, a half-built tree (with a locked-down
-    // directory inside), the replaced tree that was moved aside.
+    // directory inside).
     fs::write(d.join(staging_like("out", "upload")), b"half").unwrap();
     let tree = d.join(".out.corral-upload-00000000000000ff");
     fs::create_dir_all(tree.join("a/b")).unwrap();
     fs::write(tree.join("a/b/f"), b"x").unwrap();
     fs::set_permissions(tree.join("a"), fs::Permissions::from_mode(0o500)).unwrap();
-    fs::create_dir(d.join(staging_like("out", "old"))).unwrap();
-    // Not stagings of `out`, or not anything a transfer makes: left alone.
+    // A replaced tree moved aside (where the filesystem cannot swap) may be the user's only copy
+    // of it; not stagings of `out`, or not anything a transfer makes: all left alone.
     let keep = [
+        ".out.corral-old-0123456789abcdef",
         ".out.corral-upload-0123456789ABCDEF",
         ".out.corral-upload-0123",
         ".outer.corral-upload-0123456789abcdef",
@@ -539,7 +540,6 @@ fn stagings_a_dead_transfer_left_are_removed_by_the_next_transfer_there() {
     want.sort();
     assert_eq!(names_in(d), want);
     assert_eq!(fs::read(d.join("out")).unwrap(), b"ok");
-    assert!(fs::metadata("/etc/passwd").is_ok());
 }
 
 #[test]
@@ -581,4 +581,42 @@ fn a_staging_in_use_is_left_to_its_transfer() {
         assert_eq!(done.path, target);
         assert_eq!(names_in(d), ["busy"], "{kind:?}");
     }
+}
+
+#[test]
+fn only_the_removers_own_stagings_in_its_own_private_directory_are_removed() {
+    fsx::set_leftovers_possible(true);
+    let dst = tempfile::tempdir().unwrap();
+    let d = dst.path();
+    let upload = |name: &str| {
+        receive_into(
+            &d.join(name),
+            true,
+            vec![entry("", Kind::File, 1), Item::Data(b"x".to_vec())],
+        )
+        .unwrap()
+    };
+    // Someone else's thing under a staging's name (e.g. a tree they could not remove, renamed):
+    // a more privileged remover must not remove it for them.
+    if nix::unistd::geteuid().is_root() {
+        let theirs = d.join(staging_like("a", "upload"));
+        fs::create_dir(&theirs).unwrap();
+        nix::unistd::chown(
+            &theirs,
+            Some(nix::unistd::Uid::from_raw(65534)),
+            Some(nix::unistd::Gid::from_raw(65534)),
+        )
+        .unwrap();
+        upload("a");
+        assert!(theirs.exists(), "another user's entry was removed");
+    }
+    // In a directory others may write to, nothing is removed, not even one's own.
+    fs::write(d.join(staging_like("b", "upload")), b"stale").unwrap();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o777)).unwrap();
+    upload("b");
+    assert!(d.join(staging_like("b", "upload")).exists());
+    // The same staging in a private directory is removed.
+    fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
+    upload("b");
+    assert!(!d.join(staging_like("b", "upload")).exists());
 }
