@@ -352,15 +352,7 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
     let killed = kill_workers_of(d.pid());
     assert!(!killed.is_empty());
     // Exited (their sockets closed): the daemon sees them go.
-    let gone = || {
-        killed.iter().all(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |st| {
-                st.rsplit_once(") ")
-                    .is_some_and(|(_, r)| r.starts_with('Z'))
-            })
-        })
-    };
-    assert!(eventually(Duration::from_secs(5), gone).await);
+    assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
     let r = d.sh(&id, "echo still; mkdir sub").await;
     assert!(r.output.starts_with("still\n"), "{}", r.output);
     // What is guarded now is `sub` itself, the gitdir's first missing component.
@@ -373,6 +365,17 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
         r.output
     );
     assert!(!exists(&proj.join("sub")));
+}
+
+/// Whether every process in `pids` has exited (gone, or a zombie: its sockets are closed, so
+/// the daemon has seen it go).
+fn exited(pids: &[u32]) -> bool {
+    pids.iter().all(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |st| {
+            st.rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'))
+        })
+    })
 }
 
 /// SIGKILLs every sandbox worker below `daemon` (their command lines say `__worker`); returns
@@ -645,6 +648,26 @@ async fn h9_parents_of_a_protected_gitdir_cannot_be_renamed() {
         )
         .await;
     assert_eq!(r.exit_code, 0, "{}", r.output);
+    // The main checkout removed on the host (it may be), then the worker lost: the next worker
+    // has no gitdir to protect or pin there, and the first call gets a worker built for what is
+    // there now, where `main` is the worktree's guarded missing gitdir.
+    std::fs::remove_dir_all(&main).unwrap();
+    let killed = kill_workers_of(d.pid());
+    assert!(!killed.is_empty());
+    assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
+    let r = d
+        .sh(&id, &format!("echo still; mkdir {}", main.display()))
+        .await;
+    assert!(r.output.starts_with("still\n"), "{}", r.output);
+    assert!(
+        r.output.contains(&format!(
+            "protected workspace metadata path {}",
+            main.display()
+        )),
+        "{}",
+        r.output
+    );
+    assert!(!exists(&main));
 }
 
 /// Finding 10 (F32): `roots_under` is checked on the canonical form of every root, from every

@@ -237,9 +237,10 @@ fn build_view(policy: &SandboxPolicy) -> Result<(), LayerError> {
     //     enclosing writable root and a nested root or protected path becomes a mount point, so
     //     renaming it from inside fails with EBUSY and a root or a gitdir cannot be swapped.
     for (dir, needed) in ancestors_to_pin(policy) {
-        // Only on the way to a missing gitdir, a directory gone or replaced since the session's
-        // protection was computed has nothing to pin: the worker's first write finds the change
-        // (`check_current`) and the daemon builds a worker for what is there now.
+        // Only on the way to a protected path or a missing gitdir (not to a nested root), a
+        // directory gone or replaced since the session's protection was computed has nothing to
+        // pin: every write first recomputes the protection (`check_current`), finds the change,
+        // and the daemon builds a worker for what is there now.
         let fd = match open_no_symlinks(&dir) {
             Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) if !needed => continue,
             _ => open_pinned(&dir, None)?,
@@ -392,6 +393,14 @@ fn protect(policy: &SandboxPolicy) -> Result<(), LayerError> {
     for (_, item) in items {
         match item {
             Item::Protect(path) => {
+                // Gone since the protection was computed (removed on the host): nothing to make
+                // read-only. Every write first recomputes the protection (`check_current`),
+                // finds it changed and gets a worker built for what is there now.
+                if std::fs::symlink_metadata(path)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+                {
+                    continue;
+                }
                 // Clone without following a final symlink and seal the clone before attaching it,
                 // so there is no moment where the new mount is writable, and a path swapped for a
                 // symlink since the policy was computed cannot redirect the mount.
@@ -604,15 +613,16 @@ fn move_mount(fd: &OwnedFd, target: &Path) -> Result<(), LayerError> {
 /// not exist yet: the guard takes it away if it appears, and the pin keeps it from being built
 /// in a parent moved away and moved back), every directory strictly between the deepest
 /// enclosing writable root and it. A guarded missing path is the first missing component, so
-/// its ancestors existed when it was computed. Each with whether it must exist (`false` when
-/// it is only on the way to a missing gitdir). Shallowest first, deduplicated.
+/// its ancestors existed when it was computed. Each with whether it must exist: `true` on the
+/// way to a nested root (H4), `false` when it is only on the way to a protected path or a
+/// missing gitdir. Shallowest first, deduplicated.
 fn ancestors_to_pin(policy: &SandboxPolicy) -> Vec<(PathBuf, bool)> {
     let mut out: Vec<(PathBuf, bool)> = Vec::new();
     let targets = policy
         .writable_roots
         .iter()
-        .chain(&policy.protected_paths)
         .map(|t| (t, true))
+        .chain(policy.protected_paths.iter().map(|t| (t, false)))
         .chain(policy.protected_missing.iter().map(|t| (t, false)));
     for (target, needed) in targets {
         let Some(enclosing) = policy
