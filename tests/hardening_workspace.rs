@@ -353,7 +353,7 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
     assert!(!killed.is_empty());
     // Exited (their sockets closed): the daemon sees them go.
     assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
-    let r = d.sh(&id, "echo still; mkdir sub").await;
+    let r = sh_after_a_lost_worker(&d, &id, "echo still; mkdir sub").await;
     assert!(r.output.starts_with("still\n"), "{}", r.output);
     // What is guarded now is `sub` itself, the gitdir's first missing component.
     assert!(
@@ -367,45 +367,64 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
     assert!(!exists(&proj.join("sub")));
 }
 
-/// Whether every process in `pids` has exited (gone, or a zombie: its sockets are closed, so
-/// the daemon has seen it go).
-fn exited(pids: &[u32]) -> bool {
-    pids.iter().all(|p| {
-        std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |st| {
-            st.rsplit_once(") ")
-                .is_some_and(|(_, r)| r.starts_with('Z'))
-        })
-    })
+/// `bash -c script` in the session right after its worker was killed. A first call may reach
+/// the dead worker before the daemon saw it go (UNAVAILABLE, "retry it"), so one `true` goes
+/// first, its outcome ignored, as a client would retry.
+async fn sh_after_a_lost_worker(d: &Daemon, id: &str, script: &str) -> common::Ran {
+    let probe = api::ShellRequest {
+        session_id: id.into(),
+        command: vec!["true".into()],
+        ..Default::default()
+    };
+    let _ = d.tools().await.shell(probe).await;
+    d.sh(id, script).await
 }
 
-/// SIGKILLs every sandbox worker below `daemon` (their command lines say `__worker`); returns
-/// their pids.
+/// Whether every process in `pids` is gone (reaped: the daemon has seen its worker go).
+fn exited(pids: &[u32]) -> bool {
+    pids.iter()
+        .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+}
+
+/// SIGKILLs the serving sandbox workers below `daemon` (a `__worker` with no `__worker` child:
+/// PID 1 of its sandbox); returns their pids and those of the `__worker`s waiting for them,
+/// which exit with them and which the daemon reaps.
 fn kill_workers_of(daemon: u32) -> Vec<u32> {
-    let mut killed = Vec::new();
     let parent_of = |pid: u32| -> Option<u32> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
     };
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
+    let is_worker = |pid: u32| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains("__worker") {
-            continue;
-        }
+        String::from_utf8_lossy(&cmdline).contains("__worker")
+    };
+    let below_daemon = |pid: u32| {
         let mut up = parent_of(pid);
         while let Some(p) = up.filter(|p| *p > 1) {
             if p == daemon {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                killed.push(pid);
-                break;
+                return true;
             }
             up = parent_of(p);
         }
+        false
+    };
+    let workers: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&pid| is_worker(pid) && below_daemon(pid))
+        .collect();
+    let mut killed = Vec::new();
+    for &w in &workers {
+        if workers.iter().any(|&c| parent_of(c) == Some(w)) {
+            continue;
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(w as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        killed.push(w);
+        killed.extend(parent_of(w).filter(|p| workers.contains(p)));
     }
     killed
 }
@@ -655,9 +674,7 @@ async fn h9_parents_of_a_protected_gitdir_cannot_be_renamed() {
     let killed = kill_workers_of(d.pid());
     assert!(!killed.is_empty());
     assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
-    let r = d
-        .sh(&id, &format!("echo still; mkdir {}", main.display()))
-        .await;
+    let r = sh_after_a_lost_worker(&d, &id, &format!("echo still; mkdir {}", main.display())).await;
     assert!(r.output.starts_with("still\n"), "{}", r.output);
     assert!(
         r.output.contains(&format!(
