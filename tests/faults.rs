@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::procs::*;
 use common::{Daemon, eventually, scratch};
 use corral::api::{self, SandboxMode};
 use std::path::{Path, PathBuf};
@@ -17,125 +18,6 @@ use tonic::Code;
 const WW: SandboxMode = SandboxMode::WorkspaceWrite;
 
 // ---------------------------------------------------------------------------------------------
-// The host's process table.
-
-/// One host process as `/proc/<pid>/stat` shows it; the same process while pid and start
-/// time are.
-#[derive(Debug, Clone, Copy)]
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    /// Clock ticks after boot: with the pid, names the process even after its pid is reused.
-    start: u64,
-}
-
-impl PartialEq for Proc {
-    fn eq(&self, other: &Proc) -> bool {
-        (self.pid, self.start) == (other.pid, other.start)
-    }
-}
-
-fn stat(pid: i32) -> Option<Proc> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the fields start after the last ')'.
-    // fields[0] is the state (field 3 of stat(5)), [1] the parent, [19] the start time.
-    let fields: Vec<&str> = text.get(text.rfind(')')? + 2..)?.split(' ').collect();
-    Some(Proc {
-        pid,
-        ppid: fields.get(1)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
-fn processes() -> Vec<Proc> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter_map(stat)
-        .collect()
-}
-
-/// Every descendant of `root` (not `root` itself).
-fn descendants(root: i32) -> Vec<Proc> {
-    let all = processes();
-    let mut found: Vec<Proc> = Vec::new();
-    let mut parents = vec![root];
-    while let Some(parent) = parents.pop() {
-        for p in all.iter().filter(|p| p.ppid == parent) {
-            found.push(*p);
-            parents.push(p.pid);
-        }
-    }
-    found
-}
-
-/// Still in the process table as the same process (a zombie counts).
-fn present(p: &Proc) -> bool {
-    stat(p.pid).is_some_and(|now| now.start == p.start)
-}
-
-/// Still running: present and not a zombie. An orphan's zombie waits for the host's init to
-/// reap it, which can take a while and says nothing about corral.
-fn running(p: &Proc) -> bool {
-    present(p)
-        && std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
-            .ok()
-            .and_then(|t| t.get(t.rfind(')')? + 2..)?.chars().next())
-            .is_some_and(|state| state != 'Z')
-}
-
-fn cmdline(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-        .unwrap_or_default()
-}
-
-fn is_worker(p: &Proc) -> bool {
-    cmdline(p.pid).contains("__worker")
-}
-
-/// The daemon's workers: every `__worker` process below it (a sandboxed worker is two, the
-/// parent that waits and PID 1 of the sandbox's pid namespace). A zombie has no command line,
-/// so only live ones.
-fn workers(daemon: &Daemon) -> Vec<Proc> {
-    descendants(daemon.pid() as i32)
-        .into_iter()
-        .filter(is_worker)
-        .collect()
-}
-
-/// The worker process that serves calls: a `__worker` with no `__worker` child (in a sandboxed
-/// mode, PID 1 of the sandbox; in danger-full-access, the only one). A command being forked
-/// still has the worker's command line for a moment, so this is for workers with none.
-fn serving_workers(daemon: &Daemon) -> Vec<Proc> {
-    let all = workers(daemon);
-    all.iter()
-        .filter(|w| !all.iter().any(|c| c.ppid == w.pid))
-        .copied()
-        .collect()
-}
-
-/// The serving worker (the nearest `__worker` ancestor) of host process `pid`.
-fn worker_of(pid: i32) -> Option<Proc> {
-    let mut p = stat(pid)?;
-    loop {
-        p = stat(p.ppid)?;
-        if is_worker(&p) {
-            return Some(p);
-        }
-    }
-}
-
-fn sigkill(p: &Proc) {
-    if present(p) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(p.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
 /// Host processes below the daemon whose command line contains `marker`.
 fn marked(daemon: &Daemon, marker: &str) -> Vec<Proc> {
     descendants(daemon.pid() as i32)
@@ -517,80 +399,6 @@ async fn sigkill_of_a_worker_mid_patch_leaves_every_file_wholly_old_or_wholly_ne
     );
     // The kills landed inside the commit often enough for the check to mean something.
     assert!(mixed >= REPS / 10, "only {mixed} kills landed mid-commit");
-}
-
-/// What a dead writer left — a patch temporary and an upload staging, neither locked — is
-/// removed by the next write there from the worker that replaces the dead one, and only then:
-/// a worker that replaces nobody does not list directories for it.
-#[tokio::test]
-async fn a_replacement_worker_removes_what_a_dead_writer_left_and_a_first_worker_does_not_look() {
-    use api::upload_request::Item as Up;
-    let d = Daemon::start(&[]).await;
-    let ws = scratch();
-    let temp = ws.path().join(".corral-patch-aB3xY9.tmp");
-    let staging = ws.path().join(".out.corral-upload-0123456789abcdef");
-    std::fs::write(&temp, "left by a killed commit").unwrap();
-    std::fs::write(&staging, "left by a killed upload").unwrap();
-    let s = d.open(ws.path(), WW).await;
-    let mut tools = d.tools().await;
-    let patch = |name: &str| api::ApplyPatchRequest {
-        session_id: s.clone(),
-        patch: format!("*** Begin Patch\n*** Add File: {name}\n+x\n*** End Patch"),
-    };
-    let upload = |name: &str| {
-        let msgs = vec![
-            api::UploadRequest {
-                item: Some(Up::Start(api::UploadStart {
-                    session_id: s.clone(),
-                    path: name.into(),
-                    overwrite: true,
-                    ..Default::default()
-                })),
-            },
-            api::UploadRequest {
-                item: Some(Up::Entry(api::TransferEntry {
-                    path: String::new(),
-                    kind: api::EntryKind::File as i32,
-                    size: 1,
-                    ..Default::default()
-                })),
-            },
-            api::UploadRequest {
-                item: Some(Up::Data(b"y".to_vec())),
-            },
-            api::UploadRequest {
-                item: Some(Up::Finish(api::UploadFinish {
-                    entries: 1,
-                    bytes: 1,
-                })),
-            },
-        ];
-        tokio_stream::iter(msgs)
-    };
-    tools.apply_patch(patch("one.txt")).await.unwrap();
-    d.files().await.upload(upload("out")).await.unwrap();
-    assert!(
-        temp.exists() && staging.exists(),
-        "the first worker replaces nobody: it does not look"
-    );
-
-    let serving = serving_workers(&d);
-    assert_eq!(serving.len(), 1, "{serving:?}");
-    sigkill(&serving[0]);
-    assert!(eventually(Duration::from_secs(5), || !present(&serving[0])).await);
-    tools.apply_patch(patch("two.txt")).await.unwrap();
-    assert!(
-        !temp.exists(),
-        "the replacement's patch removed the temporary"
-    );
-    assert!(staging.exists(), "a patch looks for patch temporaries only");
-    d.files().await.upload(upload("out")).await.unwrap();
-    assert!(
-        !staging.exists(),
-        "the replacement's upload removed the staging"
-    );
-    assert_eq!(std::fs::read(ws.path().join("out")).unwrap(), b"y");
-    assert_eq!(std::fs::read(ws.path().join("two.txt")).unwrap(), b"x\n");
 }
 
 /// Every entry below `dir` (directories too) with the content of each file and its mode.

@@ -434,6 +434,48 @@ async fn set_id_bits_are_refused_and_never_set() {
     assert_eq!(m & 0o7777, 0o777);
 }
 
+/// An upload to `dest` left under way: its start, a 64 MiB file (the root itself, or `big` in a
+/// tree) and its first MiB sent, staged beside the destination. Returns the stream's sender and
+/// the call.
+async fn upload_under_way(
+    d: &Daemon,
+    ws: &Path,
+    session: &str,
+    dest: &str,
+    overwrite: bool,
+    tree: bool,
+) -> (
+    tokio::sync::mpsc::Sender<api::UploadRequest>,
+    tokio::task::JoinHandle<Result<tonic::Response<api::UploadResponse>, tonic::Status>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut files = d.files().await;
+    let call = tokio::spawn(async move {
+        files
+            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    tx.send(start(session, dest, overwrite)).await.unwrap();
+    if tree {
+        tx.send(entry("", EntryKind::Directory, None, 0))
+            .await
+            .unwrap();
+        tx.send(entry("big", EntryKind::File, None, 64 << 20))
+            .await
+            .unwrap();
+    } else {
+        tx.send(entry("", EntryKind::File, None, 64 << 20))
+            .await
+            .unwrap();
+    }
+    tx.send(data(&[1u8; 1 << 20])).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || !staging_in(ws).is_empty()).await,
+        "the upload staged"
+    );
+    (tx, call)
+}
+
 #[tokio::test]
 async fn a_cancelled_upload_changes_nothing_and_leaves_no_staging() {
     let d = Daemon::start(&[]).await;
@@ -442,28 +484,8 @@ async fn a_cancelled_upload_changes_nothing_and_leaves_no_staging() {
     std::fs::write(ws.path().join("dest/keep"), "old").unwrap();
     let before = host_tree(&ws.path().join("dest"));
     let s = d.open(ws.path(), WW).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let mut files = d.files().await;
-    let call = tokio::spawn(async move {
-        files
-            .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-    });
-    tx.send(start(&s, "dest", true)).await.unwrap();
-    tx.send(entry("", EntryKind::Directory, None, 0))
-        .await
-        .unwrap();
-    tx.send(entry("big", EntryKind::File, None, 64 << 20))
-        .await
-        .unwrap();
-    tx.send(data(&[1u8; 1 << 20])).await.unwrap();
     // The worker is writing the staged tree beside the destination.
-    assert!(
-        eventually(Duration::from_secs(10), || !staging_in(ws.path())
-            .is_empty())
-        .await,
-        "the upload staged"
-    );
+    let (tx, call) = upload_under_way(&d, ws.path(), &s, "dest", true, true).await;
     call.abort();
     let _ = call.await;
     drop(tx);
@@ -494,30 +516,6 @@ async fn a_cancelled_upload_changes_nothing_and_leaves_no_staging() {
     assert!(staging_in(ws.path()).is_empty());
 }
 
-/// Host pids that hold `path` open (compared by inode: a worker sees paths in its own mounts).
-fn holders_of(path: &Path) -> Vec<i32> {
-    let Ok(want) = std::fs::metadata(path) else {
-        return Vec::new();
-    };
-    let mut pids = Vec::new();
-    for proc_entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(proc_entry.path().join("fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::metadata(fd.path())
-                .is_ok_and(|m| (m.dev(), m.ino()) == (want.dev(), want.ino()))
-        });
-        if holds {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// A worker killed in the middle of an upload (SIGKILL: nothing of it runs after) leaves its
 /// staging behind on disk; its lock dies with it, and a new worker of the session removes it
 /// before the client hears that the call was lost. For a file and for a tree.
@@ -527,54 +525,9 @@ async fn an_upload_whose_worker_is_killed_leaves_no_staging() {
     for tree in [false, true] {
         let ws = scratch();
         let s = d.open(ws.path(), WW).await;
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        let mut files = d.files().await;
-        let call = tokio::spawn(async move {
-            files
-                .upload(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await
-        });
-        tx.send(start(&s, "out", false)).await.unwrap();
-        if tree {
-            tx.send(entry("", EntryKind::Directory, None, 0))
-                .await
-                .unwrap();
-            tx.send(entry("big", EntryKind::File, None, 64 << 20))
-                .await
-                .unwrap();
-        } else {
-            tx.send(entry("", EntryKind::File, None, 64 << 20))
-                .await
-                .unwrap();
-        }
-        tx.send(data(&[1u8; 1 << 20])).await.unwrap();
-        assert!(
-            eventually(Duration::from_secs(10), || !staging_in(ws.path())
-                .is_empty())
-            .await,
-            "tree {tree}: the upload staged"
-        );
-        let staged = ws.path().join(&staging_in(ws.path())[0]);
-        let open_file = if tree {
-            staged.join("big")
-        } else {
-            staged.clone()
-        };
-        let mut holders = Vec::new();
-        assert!(
-            eventually(Duration::from_secs(10), || {
-                holders = holders_of(&open_file);
-                !holders.is_empty()
-            })
-            .await,
-            "tree {tree}: the worker holds the staged file open"
-        );
-        for pid in &holders {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(*pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+        let (tx, call) = upload_under_way(&d, ws.path(), &s, "out", false, tree).await;
+        // The upload's worker (and the first round's session's, idle, when tree is true).
+        assert!(!common::procs::kill_serving_workers(&d).await.is_empty());
         let e = call.await.unwrap().unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "tree {tree}: {e:?}");
         assert!(
@@ -604,6 +557,53 @@ async fn an_upload_whose_worker_is_killed_leaves_no_staging() {
         assert_eq!(std::fs::read(ws.path().join("out")).unwrap(), b"ok");
         assert!(staging_in(ws.path()).is_empty());
     }
+}
+
+/// What a dead writer left — a patch temporary and an upload staging, neither locked — is
+/// removed by the next write there from the worker that replaces the dead one, and only then:
+/// a worker that replaces nobody does not list directories for it.
+#[tokio::test]
+async fn a_replacement_worker_removes_what_a_dead_writer_left_and_a_first_worker_does_not_look() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let temp = ws.path().join(".corral-patch-aB3xY9.tmp");
+    let staging = ws.path().join(".out.corral-upload-0123456789abcdef");
+    std::fs::write(&temp, "left by a killed commit").unwrap();
+    std::fs::write(&staging, "left by a killed upload").unwrap();
+    let s = d.open(ws.path(), WW).await;
+    let mut tools = d.tools().await;
+    let patch = |name: &str| api::ApplyPatchRequest {
+        session_id: s.clone(),
+        patch: format!("*** Begin Patch\n*** Add File: {name}\n+x\n*** End Patch"),
+    };
+    let one_byte = || {
+        vec![
+            start(&s, "out", true),
+            entry("", EntryKind::File, None, 1),
+            data(b"y"),
+        ]
+    };
+    tools.apply_patch(patch("one.txt")).await.unwrap();
+    upload(&d, one_byte()).await.unwrap();
+    assert!(
+        temp.exists() && staging.exists(),
+        "the first worker replaces nobody: it does not look"
+    );
+
+    assert_eq!(common::procs::kill_serving_workers(&d).await.len(), 1);
+    tools.apply_patch(patch("two.txt")).await.unwrap();
+    assert!(
+        !temp.exists(),
+        "the replacement's patch removed the temporary"
+    );
+    assert!(staging.exists(), "a patch looks for patch temporaries only");
+    upload(&d, one_byte()).await.unwrap();
+    assert!(
+        !staging.exists(),
+        "the replacement's upload removed the staging"
+    );
+    assert_eq!(std::fs::read(ws.path().join("out")).unwrap(), b"y");
+    assert_eq!(std::fs::read(ws.path().join("two.txt")).unwrap(), b"x\n");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, eventually, host_sh, outside};
+use common::{Daemon, host_sh, outside};
 use corral::api::{self, SandboxMode};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -349,11 +349,8 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
     // sub removed on the host (it may), then the worker lost: the next worker, built for the
     // session's old protection, has nothing to pin there and the session goes on.
     std::fs::remove_dir_all(proj.join("sub")).unwrap();
-    let killed = kill_workers_of(d.pid());
-    assert!(!killed.is_empty());
-    // Exited (their sockets closed): the daemon sees them go.
-    assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
-    let r = sh_after_a_lost_worker(&d, &id, "echo still; mkdir sub").await;
+    assert!(!common::procs::kill_serving_workers(&d).await.is_empty());
+    let r = d.sh(&id, "echo still; mkdir sub").await;
     assert!(r.output.starts_with("still\n"), "{}", r.output);
     // What is guarded now is `sub` itself, the gitdir's first missing component.
     assert!(
@@ -365,68 +362,6 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
         r.output
     );
     assert!(!exists(&proj.join("sub")));
-}
-
-/// `bash -c script` in the session right after its worker was killed. A first call may reach
-/// the dead worker before the daemon saw it go (UNAVAILABLE, "retry it"), so one `true` goes
-/// first, its outcome ignored, as a client would retry.
-async fn sh_after_a_lost_worker(d: &Daemon, id: &str, script: &str) -> common::Ran {
-    let probe = api::ShellRequest {
-        session_id: id.into(),
-        command: vec!["true".into()],
-        ..Default::default()
-    };
-    let _ = d.tools().await.shell(probe).await;
-    d.sh(id, script).await
-}
-
-/// Whether every process in `pids` is gone (reaped: the daemon has seen its worker go).
-fn exited(pids: &[u32]) -> bool {
-    pids.iter()
-        .all(|p| !Path::new(&format!("/proc/{p}")).exists())
-}
-
-/// SIGKILLs the serving sandbox workers below `daemon` (a `__worker` with no `__worker` child:
-/// PID 1 of its sandbox); returns their pids and those of the `__worker`s waiting for them,
-/// which exit with them and which the daemon reaps.
-fn kill_workers_of(daemon: u32) -> Vec<u32> {
-    let parent_of = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(") ")?.1.split(' ').nth(1)?.parse().ok()
-    };
-    let is_worker = |pid: u32| {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmdline).contains("__worker")
-    };
-    let below_daemon = |pid: u32| {
-        let mut up = parent_of(pid);
-        while let Some(p) = up.filter(|p| *p > 1) {
-            if p == daemon {
-                return true;
-            }
-            up = parent_of(p);
-        }
-        false
-    };
-    let workers: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|&pid| is_worker(pid) && below_daemon(pid))
-        .collect();
-    let mut killed = Vec::new();
-    for &w in &workers {
-        if workers.iter().any(|&c| parent_of(c) == Some(w)) {
-            continue;
-        }
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(w as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        killed.push(w);
-        killed.extend(parent_of(w).filter(|p| workers.contains(p)));
-    }
-    killed
 }
 
 /// Finding 4 (F06–F08): a root nested below another writable root, redirected by renaming its
@@ -671,10 +606,10 @@ async fn h9_parents_of_a_protected_gitdir_cannot_be_renamed() {
     // has no gitdir to protect or pin there, and the first call gets a worker built for what is
     // there now, where `main` is the worktree's guarded missing gitdir.
     std::fs::remove_dir_all(&main).unwrap();
-    let killed = kill_workers_of(d.pid());
-    assert!(!killed.is_empty());
-    assert!(eventually(Duration::from_secs(5), || exited(&killed)).await);
-    let r = sh_after_a_lost_worker(&d, &id, &format!("echo still; mkdir {}", main.display())).await;
+    assert!(!common::procs::kill_serving_workers(&d).await.is_empty());
+    let r = d
+        .sh(&id, &format!("echo still; mkdir {}", main.display()))
+        .await;
     assert!(r.output.starts_with("still\n"), "{}", r.output);
     assert!(
         r.output.contains(&format!(

@@ -1,6 +1,8 @@
 //! Test harness: a real `corral serve` on a temporary Unix socket, and gRPC clients for it.
 #![allow(dead_code)]
 
+pub mod procs;
+
 use corral::api::{
     self, bridge_client::BridgeClient, files_client::FilesClient,
     processes_client::ProcessesClient, sessions_client::SessionsClient, tools_client::ToolsClient,
