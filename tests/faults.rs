@@ -18,6 +18,8 @@ use tonic::Code;
 const WW: SandboxMode = SandboxMode::WorkspaceWrite;
 
 // ---------------------------------------------------------------------------------------------
+// The daemon's processes by command line (the rest of the process table: common::procs).
+
 /// Host processes below the daemon whose command line contains `marker`.
 fn marked(daemon: &Daemon, marker: &str) -> Vec<Proc> {
     descendants(daemon.pid() as i32)
