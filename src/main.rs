@@ -230,4 +230,7 @@ fn print_summary(config: &Config) {
         }
     };
     let _ = std::io::stdout().write_all(text.as_bytes());
+    for warning in config.warnings() {
+        let _ = writeln!(std::io::stderr(), "warning: {warning}");
+    }
 }

@@ -1,6 +1,7 @@
 //! Results larger than gRPC's default 4 MiB message: corral's clients accept up to 64 MiB and
-//! the daemon answers up to 32 MiB; beyond that a call fails with RESOURCE_EXHAUSTED and says
-//! how to ask for less, instead of a transport error or a hang.
+//! the daemon answers up to 32 MiB; beyond that a typed call fails with RESOURCE_EXHAUSTED and
+//! an Invoke answers model text (`success: false`); both say how to ask for less, instead of a
+//! transport error or a hang.
 
 mod common;
 
@@ -63,6 +64,22 @@ async fn a_twenty_megabyte_read_is_answered_and_a_larger_one_refused_clearly() {
             && e.message().contains("offset and limit"),
         "{}",
         e.message()
+    );
+    // The same through Invoke, where the model chose the limit: model text with success
+    // false that says how to ask for less, never an error status that would throw in the
+    // host's agent loop (41 MB of model text).
+    std::fs::write(cwd.path().join("bigger.txt"), line.repeat(400_000)).unwrap();
+    let (out, ok) = d
+        .invoke(
+            &s,
+            "read_file",
+            &serde_json::json!({"file_path": "bigger.txt", "limit": 1_000_000_000u64}).to_string(),
+        )
+        .await;
+    assert!(!ok, "{}", &out[..out.len().min(200)]);
+    assert!(
+        out.contains("more than the 32 MiB one response may carry") && out.contains("ask for less"),
+        "{out}"
     );
     // The session still works.
     let r = d.sh(&s, "echo fine").await;

@@ -117,6 +117,11 @@ async fn layers_are_in_force_and_reported_honestly() {
         ns.detail
     );
     let identity = layer(&layers, "identity");
+    assert_eq!(
+        identity.status,
+        api::LayerStatus::NotApplicable as i32,
+        "{identity:?}"
+    );
     assert!(
         identity.detail.starts_with(&format!(
             "not applicable: the daemon runs as uid {0}, not root, and serves only that uid",

@@ -9,8 +9,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use std::path::PathBuf;
 
-/// Options every client command shares (ignored by `serve`).
+/// Options every client command shares (ignored by `serve`). Listed after each command's own
+/// options, under their own heading.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection options (client commands)")]
 pub struct Common {
     /// Client commands: the daemon to call, a socket path, unix:PATH or tcp:HOST:PORT (default:
     /// $CORRAL_SOCKET, else this user's daemon if it is listening, else the system daemon). The
@@ -88,6 +90,10 @@ pub struct SessionOpts {
     /// Approval policy of the temporary session (default: none, nothing is asked).
     #[arg(long, value_enum, value_name = "POLICY")]
     pub approval_policy: Option<super::approve::PolicyArg>,
+    /// Leave /tmp out of the temporary session's writable roots (needed when the daemon keeps
+    /// its own state there).
+    #[arg(long)]
+    pub exclude_slash_tmp: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -95,6 +101,16 @@ pub enum ModeArg {
     ReadOnly,
     WorkspaceWrite,
     DangerFullAccess,
+}
+
+/// A session's shell tool (OpenSession's `shell_tool`).
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShellToolArg {
+    /// exec_command and write_stdin (Codex's default).
+    UnifiedExec,
+    ShellCommand,
+    Shell,
+    None,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -107,13 +123,31 @@ pub enum FormatArg {
 pub enum ClientCommand {
     /// Check the daemon's health service.
     Health,
-    /// Show the daemon's version, tools and sandbox layers.
+    /// Show the daemon's version, tools, profiles, session limits and sandbox layers.
     Capabilities,
-    /// Print the model-facing tool definitions.
+    /// Print the model-facing tool definitions (JSON, as they go in the API's `tools`).
     Tools {
+        /// The API shape: the Responses API's or Chat Completions' `tools`.
         #[arg(long, value_enum, default_value_t = FormatArg::Responses)]
         format: FormatArg,
+        /// The tools this open session offers (default: what a new session offers).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Without --session: the shell tool of the new session to describe.
+        #[arg(long, value_enum, default_value_t = ShellToolArg::UnifiedExec, conflicts_with = "session")]
+        shell_tool: ShellToolArg,
     },
+    /// List your open sessions.
+    Sessions,
+    /// List the processes your sessions keep (started by exec_command or StartProcess).
+    Ps {
+        /// Only this session's processes.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+    },
+    /// Run a command in a session, its output streamed live; exits with the command's status
+    /// (124 on timeout, 128+N when killed by signal N).
+    Exec(super::exec::ExecArgs),
     /// Open a session and print its id (it stays open until closed or idle).
     OpenSession {
         /// Working directory (default: the current directory).
@@ -133,27 +167,41 @@ pub enum ClientCommand {
         /// When commands need your approval (default: none, nothing is asked).
         #[arg(long, value_enum, value_name = "POLICY")]
         approval_policy: Option<super::approve::PolicyArg>,
+        /// Leave /tmp out of the writable roots (needed when the daemon keeps its own state
+        /// there).
+        #[arg(long)]
+        exclude_slash_tmp: bool,
     },
     /// Close a session.
-    CloseSession { id: String },
+    CloseSession {
+        /// The session's id (`corral sessions` lists yours).
+        id: String,
+    },
     /// Read a file with line numbers.
     ReadFile {
+        /// The file: absolute, or relative to the session's working directory.
         path: String,
-        #[arg(long)]
+        /// The first line to show, 1-based (default 1).
+        #[arg(long, value_name = "LINE")]
         offset: Option<u64>,
-        #[arg(long)]
+        /// How many lines to show (default 2000).
+        #[arg(long, value_name = "LINES")]
         limit: Option<u64>,
         #[command(flatten)]
         session: SessionOpts,
     },
     /// List a directory.
     ListDir {
+        /// The directory: absolute, or relative to the session's working directory.
         path: String,
-        #[arg(long)]
+        /// The first entry to show, 1-based (default 1).
+        #[arg(long, value_name = "ENTRY")]
         offset: Option<u64>,
-        #[arg(long)]
+        /// How many entries to show (default 25).
+        #[arg(long, value_name = "ENTRIES")]
         limit: Option<u64>,
-        #[arg(long)]
+        /// How many levels deep to list (default 2).
+        #[arg(long, value_name = "LEVELS")]
         depth: Option<u64>,
         #[command(flatten)]
         session: SessionOpts,
@@ -161,11 +209,18 @@ pub enum ClientCommand {
     /// Copy a file or directory into or out of a session: `corral cp ./dir :dest` uploads,
     /// `corral cp :out.bin ./out.bin` downloads (exactly one side is remote, `:PATH`).
     Cp(super::cp::CpArgs),
-    /// Run one model tool call through the bridge: NAME and its JSON arguments.
+    /// Run one model tool call through the bridge: NAME and its arguments, exactly as a model
+    /// sends them. apply_patch takes Codex's patch format (`*** Begin Patch` …), not a unified
+    /// diff: `corral invoke apply_patch --freeform @change.patch`.
     Invoke {
+        /// The tool's name (`corral tools` lists them), e.g. exec_command, read_file.
         name: String,
+        /// The arguments: a JSON object (or, with --freeform, the raw input); `-` reads them
+        /// from stdin, `@FILE` from FILE.
+        #[arg(allow_hyphen_values = true, value_name = "ARGUMENTS")]
         arguments: String,
-        #[arg(long, default_value = "call_cli")]
+        /// The call id echoed in the result (as a model's `call_id`).
+        #[arg(long, default_value = "call_cli", value_name = "ID")]
         call_id: String,
         /// The arguments are a freeform (custom tool) payload, not JSON.
         #[arg(long)]
@@ -182,45 +237,92 @@ pub enum ClientCommand {
     Mcp(super::mcp::McpArgs),
 }
 
-/// Runs a client command; returns the process exit status.
-pub async fn run(common: Common, command: ClientCommand) -> i32 {
-    match execute(&common, command).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("error: {message}");
-            2
+/// A client command's failure: what went wrong, and the gRPC status code when the daemon
+/// answered with one (a connection or argument problem has none).
+#[derive(Debug)]
+pub(super) struct Failure {
+    pub code: Option<tonic::Code>,
+    pub message: String,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Self {
+            code: None,
+            message,
         }
     }
 }
 
-/// `{layer} (unavailable|degraded): {detail}` for each sandbox layer the daemon does not
-/// enforce (empty when all are, or when it cannot be asked).
-async fn layer_problems(channel: Connection) -> Vec<String> {
-    let Ok(caps) = SessionsClient::new(channel)
-        .get_capabilities(api::GetCapabilitiesRequest {})
-        .await
-    else {
-        return Vec::new();
-    };
-    caps.into_inner()
-        .layers
-        .iter()
-        .filter_map(|l| {
-            let state = match api::LayerStatus::try_from(l.status) {
-                Ok(api::LayerStatus::Unavailable) => "unavailable",
-                Ok(api::LayerStatus::Degraded) => "degraded",
-                _ => return None,
-            };
-            Some(format!("{} ({state}): {}", l.name, l.detail))
-        })
-        .collect()
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Self {
+            code: Some(s.code()),
+            message: s.message().to_string(),
+        }
+    }
+}
+
+impl Failure {
+    /// One line for a person: `NotFound: …`, or the message alone.
+    fn text(&self) -> String {
+        match self.code {
+            Some(code) => format!("{code:?}: {}", self.message),
+            None => self.message.clone(),
+        }
+    }
+
+    /// `{"error": {"code": "NOT_FOUND", "message": …}}` for --json (`code` is null when the
+    /// daemon was not reached or did not answer with a status).
+    fn json(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code.map(code_name), "message": self.message}})
+    }
+}
+
+/// The canonical name of a gRPC status code (`NOT_FOUND`), as every gRPC library spells it.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Runs a client command; returns the process exit status.
+pub async fn run(common: Common, command: ClientCommand) -> i32 {
+    match execute(&common, command).await {
+        Ok(code) => code,
+        Err(failure) => {
+            if common.json {
+                eprintln!("{}", failure.json());
+            } else {
+                eprintln!("error: {}", failure.text());
+            }
+            2
+        }
+    }
 }
 
 pub(super) fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
 }
 
-async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String> {
+async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure> {
     // The socket rule shared with `corral serve`: --socket > CORRAL_SOCKET > this user's daemon
     // (if one is listening) > the system daemon, which serves every local user as themselves.
     let target = crate::daemon::socket::choose(
@@ -229,63 +331,19 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
     )?;
     let channel = connect_with(&target, &common.tcp_auth(&target)?).await?;
     match command {
-        ClientCommand::Cp(args) => super::cp::run(common, channel, args).await,
-        ClientCommand::Health => {
-            let mut client = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-            let resp = client
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                .map_err(status_text)?
-                .into_inner();
-            let status =
-                tonic_health::pb::health_check_response::ServingStatus::try_from(resp.status)
-                    .map(|s| s.as_str_name().to_string())
-                    .unwrap_or_else(|_| resp.status.to_string());
-            // grpc.health.v1 carries no reason: the layers that are not in force say what is
-            // missing and how to fix the host.
-            let problems = layer_problems(channel).await;
-            if common.json {
-                println!("{}", json!({ "status": status, "problems": problems }));
-            } else {
-                println!("{status}");
-                for problem in &problems {
-                    eprintln!("{problem}");
-                }
-            }
-            Ok(if status == "SERVING" { 0 } else { 1 })
+        ClientCommand::Cp(args) => Ok(super::cp::run(common, channel, args).await?),
+        ClientCommand::Health => super::info::health(common, channel).await,
+        ClientCommand::Capabilities => super::info::capabilities(common, channel).await,
+        ClientCommand::Tools {
+            format,
+            session,
+            shell_tool,
+        } => super::info::tools(common, channel, format, session, shell_tool).await,
+        ClientCommand::Sessions => super::inventory::sessions(common, channel).await,
+        ClientCommand::Ps { session } => {
+            super::inventory::processes(common, channel, session).await
         }
-        ClientCommand::Capabilities => {
-            let caps = SessionsClient::new(channel)
-                .get_capabilities(api::GetCapabilitiesRequest {})
-                .await
-                .map_err(status_text)?
-                .into_inner();
-            let layers: Vec<_> = caps
-                .layers
-                .iter()
-                .map(|l| {
-                    json!({
-                        "name": l.name,
-                        "status": api::LayerStatus::try_from(l.status).map(|s| s.as_str_name()).unwrap_or("?"),
-                        "detail": l.detail,
-                    })
-                })
-                .collect();
-            let value = json!({
-                "api_version": caps.api_version,
-                "server_version": caps.server_version,
-                "tools": caps.tools,
-                "landlock_abi": caps.landlock_abi,
-                "layers": layers,
-            });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
-            Ok(0)
-        }
+        ClientCommand::Exec(args) => super::exec::run(common, channel, args).await,
         ClientCommand::OpenSession {
             cwd,
             mode,
@@ -293,15 +351,16 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             network,
             env,
             approval_policy,
+            exclude_slash_tmp,
         } => {
             let mut request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
+            request.exclude_slash_tmp = exclude_slash_tmp;
             if let Some(p) = approval_policy {
                 request.approval_policy = p.api() as i32;
             }
             let resp = SessionsClient::new(channel)
                 .open_session(request)
-                .await
-                .map_err(status_text)?
+                .await?
                 .into_inner();
             if common.json {
                 println!(
@@ -317,34 +376,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
         ClientCommand::CloseSession { id } => {
             SessionsClient::new(channel)
                 .close_session(api::CloseSessionRequest { session_id: id })
-                .await
-                .map_err(status_text)?;
-            Ok(0)
-        }
-        ClientCommand::Tools { format } => {
-            let format = match format {
-                FormatArg::Responses => api::ToolFormat::Responses,
-                FormatArg::Chat => api::ToolFormat::ChatCompletions,
-            };
-            let resp = BridgeClient::new(channel)
-                .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
-                .list_tools(api::ListToolsRequest {
-                    format: format as i32,
-                    ..Default::default()
-                })
-                .await
-                .map_err(status_text)?
-                .into_inner();
-            if common.json {
-                println!("{}", resp.tools_json);
-            } else {
-                let value: serde_json::Value =
-                    serde_json::from_str(&resp.tools_json).map_err(|e| e.to_string())?;
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&value).unwrap_or_default()
-                );
-            }
+                .await?;
             Ok(0)
         }
         ClientCommand::ReadFile {
@@ -365,7 +397,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                 })
                 .await;
             close(&channel, &id, temporary).await;
-            let resp = result.map_err(status_text)?.into_inner();
+            let resp = result?.into_inner();
             if common.json {
                 let lines: Vec<_> = resp
                     .lines
@@ -400,7 +432,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
                 })
                 .await;
             close(&channel, &id, temporary).await;
-            let resp = result.map_err(status_text)?.into_inner();
+            let resp = result?.into_inner();
             if common.json {
                 let entries: Vec<_> = resp
                     .entries
@@ -426,23 +458,24 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             approvals,
             session,
         } => {
+            let arguments = argument_text(&arguments)?;
             let (id, temporary) = open(&channel, &session).await?;
             let result = BridgeClient::new(channel.clone())
                 .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
                 .invoke(api::InvokeRequest {
                     session_id: id.clone(),
-                    name,
-                    arguments,
+                    name: name.clone(),
+                    arguments: arguments.clone(),
                     call_id,
                     freeform,
                 })
                 .await;
             // An approval request is answered (asked on the terminal) before the session goes.
             let result = match result {
-                Ok(resp) => {
-                    super::approve::settle(&channel, &id, resp.into_inner(), approvals).await
-                }
-                Err(s) => Err(status_text(s)),
+                Ok(resp) => super::approve::settle(&channel, &id, resp.into_inner(), approvals)
+                    .await
+                    .map_err(Failure::from),
+                Err(s) => Err(Failure::from(s)),
             };
             close(&channel, &id, temporary).await;
             let resp = result?;
@@ -454,10 +487,66 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, String>
             } else {
                 println!("{}", resp.output);
             }
+            if !resp.success
+                && let Some(hint) = patch_hint(&name, &arguments, freeform)
+            {
+                eprintln!("hint: {hint}");
+            }
             Ok(if resp.success { 0 } else { 1 })
         }
-        ClientCommand::Mcp(args) => super::mcp::serve(channel, args).await,
+        ClientCommand::Mcp(args) => Ok(super::mcp::serve(channel, args).await?),
     }
+}
+
+/// The ARGUMENTS of `invoke`: `-` is stdin, `@FILE` a file's contents, anything else itself.
+/// A patch or a long script then need not fit in argv, nor survive the shell's quoting.
+fn argument_text(arguments: &str) -> Result<String, String> {
+    use std::io::Read;
+    if arguments == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| format!("reading the arguments from stdin: {e}"))?;
+        return Ok(text);
+    }
+    match arguments.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| format!("reading the arguments from {file}: {e}")),
+        None => Ok(arguments.to_string()),
+    }
+}
+
+/// What to tell a person whose apply_patch failed because of the input's format: Codex's
+/// patch grammar is not a unified diff, and its freeform form is not JSON.
+fn patch_hint(name: &str, arguments: &str, freeform: bool) -> Option<&'static str> {
+    if name != "apply_patch" {
+        return None;
+    }
+    let text = if freeform {
+        arguments.to_string()
+    } else {
+        serde_json::from_str::<serde_json::Value>(arguments)
+            .ok()
+            .and_then(|v| v.get("input").and_then(|i| i.as_str()).map(String::from))
+            .unwrap_or_else(|| arguments.to_string())
+    };
+    let unified = text
+        .lines()
+        .any(|l| l.starts_with("diff --git ") || l.starts_with("+++ ") || l.starts_with("@@ -"))
+        && !text.contains("*** Begin Patch");
+    if unified {
+        return Some(
+            "this looks like a unified diff; apply_patch takes Codex's patch format: \
+             `*** Begin Patch`, then `*** Update File: PATH` (or Add/Delete File), `@@` hunks \
+             of ` `/`-`/`+` lines, and `*** End Patch` (README, \"The CLI client\")",
+        );
+    }
+    if !freeform && text.trim_start().starts_with("*** Begin Patch") {
+        return Some(
+            "a raw patch is a freeform input: add --freeform (or pass {\"input\": PATCH} as JSON)",
+        );
+    }
+    None
 }
 
 /// The session to use: the given one, or a temporary one (closed afterwards).
@@ -487,6 +576,7 @@ pub(super) async fn open(
                 .approval_policy
                 .map_or(api::ApprovalPolicy::Unspecified, |p| p.api())
                 as i32,
+            exclude_slash_tmp: opts.exclude_slash_tmp,
             ..Default::default()
         })
         .await

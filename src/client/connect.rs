@@ -134,6 +134,12 @@ async fn open(target: &str, auth: &TcpAuth) -> Result<(Channel, Bearer), String>
 async fn connect_unix(target: &str) -> Result<Channel, String> {
     let path = PathBuf::from(target.strip_prefix("unix:").unwrap_or(target));
     let shown = path.display().to_string();
+    // `--socket 127.0.0.1:7878` is a TCP address written without its scheme, not a file.
+    if !target.starts_with("unix:") && looks_like_host_port(target) && !path.exists() {
+        return Err(format!(
+            "cannot connect to {shown}: no socket file by that name; did you mean tcp:{target}?"
+        ));
+    }
     // Never talk to an impostor: a socket another user could have planted is refused.
     crate::daemon::socket::check_client(&path, nix::unistd::geteuid().as_raw())?;
     // The URI is required by the API but unused: the connector below dials the socket.
@@ -147,10 +153,45 @@ async fn connect_unix(target: &str) -> Result<Channel, String> {
         }))
         .await
         .map_err(|e| {
-            format!(
-                "cannot connect to {shown}: {e} (is `corral serve` running there? see --socket)"
-            )
+            let why = match io_cause(&e).map(std::io::Error::kind) {
+                Some(std::io::ErrorKind::NotFound) => {
+                    "no socket there: is `corral serve` running? (see --socket)".to_string()
+                }
+                Some(std::io::ErrorKind::ConnectionRefused) => {
+                    "connection refused: the socket is there but nothing listens (a daemon that \
+                     stopped without removing it?); start `corral serve`"
+                        .to_string()
+                }
+                Some(std::io::ErrorKind::PermissionDenied) => {
+                    "permission denied: you may not connect to this socket (see --socket)".into()
+                }
+                _ => format!(
+                    "{} (is `corral serve` running there? see --socket)",
+                    chain(&e)
+                ),
+            };
+            format!("cannot connect to {shown}: {why}")
         })
+}
+
+/// `HOST:PORT` with no `/`: what a person means by a TCP address.
+fn looks_like_host_port(target: &str) -> bool {
+    !target.contains('/')
+        && target
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+}
+
+/// The operating system's error behind a transport error, if there is one.
+fn io_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        current = e.source();
+    }
+    None
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {

@@ -23,7 +23,7 @@ use clap::Args;
 use serde_json::json;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -50,6 +50,13 @@ pub struct CpArgs {
     /// download).
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    /// Create the destination's missing parent directories.
+    #[arg(short = 'p', long = "parents")]
+    pub parents: bool,
+    /// Leave /tmp out of the temporary session's writable roots (needed when the daemon keeps
+    /// its own state there).
+    #[arg(long)]
+    pub exclude_slash_tmp: bool,
 }
 
 /// Which way a copy goes.
@@ -95,20 +102,26 @@ pub async fn run(common: &Common, channel: Connection, args: CpArgs) -> Result<i
         }),
         // A transfer runs no command: no approval can arise.
         approval_policy: None,
+        exclude_slash_tmp: args.exclude_slash_tmp,
     };
     let (id, temporary) = open(&channel, &opts).await?;
     let started = Instant::now();
     let files = FilesClient::new(channel.clone())
         .max_decoding_message_size(crate::client::MAX_MESSAGE_BYTES);
+    let progress = Progress::start();
+    let copy = Copy {
+        overwrite: !args.no_clobber,
+        parents: args.parents,
+        moved: progress.counter(),
+    };
     let result = match &dir {
-        Direction::Upload { local, remote } => {
-            upload_tree(files, &id, local, remote, !args.no_clobber).await
-        }
+        Direction::Upload { local, remote } => upload_tree(files, &id, local, remote, &copy).await,
         Direction::Download { remote, local } => {
             let session_cwd = temporary.then(|| session_cwd(&opts)).transpose()?;
-            download_tree(files, &id, remote, local, !args.no_clobber, session_cwd).await
+            download_tree(files, &id, remote, local, &copy, session_cwd).await
         }
     };
+    progress.stop().await;
     close(&channel, &id, temporary).await;
     let summary = result?;
     let seconds = started.elapsed().as_secs_f64();
@@ -184,13 +197,85 @@ fn tool_text(e: ToolError) -> String {
     e.message
 }
 
+/// How a copy goes: replace or not, create parents or not, and the byte count the progress
+/// line reads.
+struct Copy {
+    overwrite: bool,
+    parents: bool,
+    moved: Arc<AtomicU64>,
+}
+
+/// The progress line of a transfer, for a person watching: on stderr, only when it is a
+/// terminal, only once the copy has taken a moment, rewritten in place and erased at the end.
+struct Progress {
+    moved: Arc<AtomicU64>,
+    printer: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    )>,
+}
+
+/// A copy shorter than this shows no progress line.
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Progress {
+    fn start() -> Progress {
+        let moved = Arc::new(AtomicU64::new(0));
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return Progress {
+                moved,
+                printer: None,
+            };
+        }
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let counter = moved.clone();
+        let printer = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + PROGRESS_AFTER,
+                std::time::Duration::from_millis(250),
+            );
+            let mut shown = false;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {
+                        let bytes = counter.load(Ordering::Relaxed) as f64;
+                        let rate = bytes / started.elapsed().as_secs_f64().max(0.001);
+                        eprint!("\r\x1b[Kcopying: {:.1} MB, {:.1} MB/s", bytes / 1e6, rate / 1e6);
+                        shown = true;
+                    }
+                }
+            }
+            if shown {
+                eprint!("\r\x1b[K");
+            }
+        });
+        Progress {
+            moved,
+            printer: Some((stop, printer)),
+        }
+    }
+
+    fn counter(&self) -> Arc<AtomicU64> {
+        self.moved.clone()
+    }
+
+    async fn stop(self) {
+        if let Some((stop, printer)) = self.printer {
+            let _ = stop.send(());
+            let _ = printer.await;
+        }
+    }
+}
+
 /// Uploads `local`: a walker thread reads it into upload messages, the stream carries them.
 async fn upload_tree(
     mut files: FilesClient<Connection>,
     session: &str,
     local: &Path,
     remote: &str,
-    overwrite: bool,
+    copy: &Copy,
 ) -> Result<api::TransferSummary, String> {
     std::fs::symlink_metadata(local).map_err(|e| format!("{}: {e}", local.display()))?;
     let name = last_name(&std::path::absolute(local).map_err(|e| e.to_string())?)
@@ -200,8 +285,8 @@ async fn upload_tree(
             session_id: session.into(),
             path: remote.into(),
             source_name: name,
-            overwrite,
-            create_parents: false,
+            overwrite: copy.overwrite,
+            create_parents: copy.parents,
         })),
     };
     let (tx, rx) = mpsc::channel::<api::UploadRequest>(PIPE_DEPTH);
@@ -210,6 +295,7 @@ async fn upload_tree(
     let complete = Arc::new(AtomicBool::new(false));
     let walker = {
         let (local, complete) = (local.to_path_buf(), complete.clone());
+        let moved = copy.moved.clone();
         std::thread::spawn(move || {
             let mut sent = api::UploadFinish::default();
             let mut sink = |item: Item| {
@@ -220,6 +306,7 @@ async fn upload_tree(
                     }
                     Item::Data(d) => {
                         sent.bytes += d.len() as u64;
+                        moved.fetch_add(d.len() as u64, Ordering::Relaxed);
                         Up::Data(d)
                     }
                 };
@@ -287,9 +374,14 @@ async fn download_tree(
     session: &str,
     remote: &str,
     local: &Path,
-    overwrite: bool,
+    copy: &Copy,
     session_cwd: Option<PathBuf>,
 ) -> Result<api::TransferSummary, String> {
+    if copy.parents
+        && let Some(parent) = local.parent().filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
     let target = if std::fs::metadata(local).is_ok_and(|m| m.is_dir()) {
         let remote_abs = match &session_cwd {
             Some(cwd) => cwd.join(remote),
@@ -318,6 +410,7 @@ async fn download_tree(
     // `None` tells the writer the stream failed: it must not commit what it has.
     let (tx, mut rx) = mpsc::channel::<Option<Item>>(PIPE_DEPTH);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let overwrite = copy.overwrite;
     std::thread::spawn(move || {
         let result = (|| -> Result<Summary, ToolError> {
             // A copy interrupted before (Ctrl-C, a killed CLI) may have left its staging: one
@@ -353,7 +446,10 @@ async fn download_tree(
                         break;
                     }
                 },
-                Some(api::download_response::Item::Data(d)) => Item::Data(d),
+                Some(api::download_response::Item::Data(d)) => {
+                    copy.moved.fetch_add(d.len() as u64, Ordering::Relaxed);
+                    Item::Data(d)
+                }
                 Some(api::download_response::Item::Summary(s)) => {
                     remote_summary = Some(s);
                     break;

@@ -30,7 +30,7 @@ use super::cli::{ModeArg, open_session_request, status_text};
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     /// Serve this open session (left open on exit) instead of opening one (closed on exit).
-    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "mode", "writable_roots", "network", "env"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "mode", "writable_roots", "network", "env", "exclude_slash_tmp"])]
     pub session: Option<String>,
     /// Working directory of the session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -48,6 +48,10 @@ pub struct McpArgs {
     /// Environment for commands, NAME=VALUE (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// Leave /tmp out of the writable roots (needed when the daemon keeps its own state
+    /// there).
+    #[arg(long)]
+    pub exclude_slash_tmp: bool,
 }
 
 /// Opens (or attaches to) the session, serves MCP on stdin/stdout until the client closes stdin
@@ -57,13 +61,14 @@ pub async fn serve(channel: Channel, args: McpArgs) -> Result<i32, String> {
     let (session_id, owned) = match &args.session {
         Some(id) => (id.clone(), false),
         None => {
-            let request = open_session_request(
+            let mut request = open_session_request(
                 args.cwd.clone(),
                 args.mode,
                 &args.writable_roots,
                 args.network,
                 &args.env,
             )?;
+            request.exclude_slash_tmp = args.exclude_slash_tmp;
             let resp = SessionsClient::new(channel.clone())
                 .open_session(request)
                 .await
@@ -95,7 +100,7 @@ async fn serve_session(channel: Channel, session_id: &str, args: &McpArgs) -> Re
         .list_tools(api::ListToolsRequest {
             format: api::ToolFormat::ChatCompletions as i32,
             session_id: session_id.to_string(),
-            exclude: Vec::new(),
+            ..Default::default()
         })
         .await
         .map_err(|s| format!("session {session_id}: {}", status_text(s)))?
@@ -298,7 +303,7 @@ async fn keep_alive(channel: Channel, session_id: String) {
             .list_tools(api::ListToolsRequest {
                 format: api::ToolFormat::ChatCompletions as i32,
                 session_id: session_id.clone(),
-                exclude: Vec::new(),
+                ..Default::default()
             })
             .await;
         if let Err(s) = touched

@@ -1,10 +1,13 @@
-//! The thin CLI client: `corral read-file`, `list-dir`, `cp`, `tools`, `invoke`, `health`, and
-//! the MCP front, `corral mcp`.
+//! The thin CLI client: `corral read-file`, `list-dir`, `cp`, `exec`, `sessions`, `ps`,
+//! `tools`, `invoke`, `health`, `capabilities`, and the MCP front, `corral mcp`.
 
 mod approve;
 mod cli;
 mod connect;
 mod cp;
+mod exec;
+mod info;
+mod inventory;
 mod mcp;
 
 pub use cli::{ClientCommand, Common, TOKEN_ENV, run};

@@ -241,6 +241,25 @@ impl Config {
         paths
     }
 
+    /// What an operator must hear before the first session: state under /tmp, which every
+    /// workspace-write session gets as a writable root by default, and no root may contain
+    /// corral's own state, so each such session would be refused.
+    pub fn warnings(&self) -> Vec<String> {
+        self.state_paths()
+            .iter()
+            .filter(|p| p.starts_with("/tmp"))
+            .map(|p| {
+                format!(
+                    "corral's own state {} lies under /tmp: every workspace-write session (which \
+                     gets /tmp as a writable root) will be refused unless it excludes /tmp \
+                     (exclude_slash_tmp, `--exclude-slash-tmp`); keep state elsewhere, e.g. \
+                     /var/log/corral or /run/corral",
+                    p.display()
+                )
+            })
+            .collect()
+    }
+
     /// Defaults ← config file ← flags. Errors name the file and the key.
     pub fn load(args: &ServeArgs) -> Result<Config, String> {
         let file = match &args.config {

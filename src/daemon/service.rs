@@ -760,6 +760,55 @@ impl Sessions for CorralService {
         Ok(Response::new(api::CloseSessionResponse {}))
     }
 
+    async fn list_sessions(
+        &self,
+        request: Request<api::ListSessionsRequest>,
+    ) -> Result<Response<api::ListSessionsResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        // A session id is a capability: a sandboxed caller that found a wider session's id
+        // could use it. Such a caller sees none.
+        if crate::daemon::peer::is_sandboxed(caller.pid, caller.uid) {
+            return Err(Status::permission_denied(
+                "ListSessions is refused to a caller that runs inside a sandbox",
+            ));
+        }
+        let sessions = self
+            .sessions
+            .list_owned(caller.uid)
+            .into_iter()
+            .map(|(s, idle)| {
+                let policy = s.current_policy();
+                let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
+                    v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+                };
+                api::SessionInfo {
+                    session_id: s.id.clone(),
+                    cwd: policy.as_ref().map_or_else(
+                        || s.cwd.to_string_lossy().into_owned(),
+                        |p| p.cwd.to_string_lossy().into_owned(),
+                    ),
+                    mode: match s.mode {
+                        crate::sandbox::policy::Mode::ReadOnly => api::SandboxMode::ReadOnly,
+                        crate::sandbox::policy::Mode::WorkspaceWrite => {
+                            api::SandboxMode::WorkspaceWrite
+                        }
+                        crate::sandbox::policy::Mode::DangerFullAccess => {
+                            api::SandboxMode::DangerFullAccess
+                        }
+                    } as i32,
+                    writable_roots: policy
+                        .as_ref()
+                        .map_or_else(Vec::new, |p| paths(&p.writable_roots)),
+                    network_access: s.network_access,
+                    profile: s.profile.clone(),
+                    tools: s.tools.names().into_iter().map(String::from).collect(),
+                    idle_seconds: idle.as_secs(),
+                }
+            })
+            .collect();
+        Ok(Response::new(api::ListSessionsResponse { sessions }))
+    }
+
     async fn get_capabilities(
         &self,
         request: Request<api::GetCapabilitiesRequest>,
@@ -769,6 +818,11 @@ impl Sessions for CorralService {
             api_version: "corral.v1".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
             tools: bridge::tool_names().into_iter().map(String::from).collect(),
+            default_session_tools: bridge::ToolSet::default()
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect(),
             layers: match self.host_layers.as_ref() {
                 Ok(layers) => layers.clone(),
                 Err(e) => vec![api::Layer {
@@ -951,7 +1005,12 @@ impl Bridge for CorralService {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         let set = if req.session_id.is_empty() {
-            bridge::ToolSet::sessionless()
+            let mut set = bridge::ToolSet::sessionless();
+            if req.shell_tool != api::ShellTool::Unspecified as i32 {
+                set.shell = sessions::shell_tool(req.shell_tool)
+                    .map_err(|e| invalid_field("shell_tool", &e))?;
+            }
+            set
         } else {
             self.session(&req.session_id, caller)?.tools
         };

@@ -207,23 +207,24 @@ pub fn project_doc_budget(
     }
 }
 
+/// The shell tool an API value names; UNSPECIFIED is Codex's default, unified exec.
+pub fn shell_tool(value: i32) -> Result<crate::bridge::ShellTool, String> {
+    use crate::bridge::ShellTool;
+    match api::ShellTool::try_from(value) {
+        Ok(api::ShellTool::Unspecified | api::ShellTool::UnifiedExec) => Ok(ShellTool::UnifiedExec),
+        Ok(api::ShellTool::ShellCommand) => Ok(ShellTool::ShellCommand),
+        Ok(api::ShellTool::Shell) => Ok(ShellTool::Shell),
+        Ok(api::ShellTool::None) => Ok(ShellTool::None),
+        Err(_) => Err(format!("shell_tool {value} is not a known ShellTool")),
+    }
+}
+
 /// The session's tool set from OpenSession's options; unspecified options take Codex's defaults.
 fn tool_set(
     req: &api::OpenSessionRequest,
 ) -> Result<crate::bridge::ToolSet, (&'static str, String)> {
-    use crate::bridge::{ApplyPatchTool, ShellTool, ToolSet};
-    let shell = match api::ShellTool::try_from(req.shell_tool) {
-        Ok(api::ShellTool::Unspecified | api::ShellTool::UnifiedExec) => ShellTool::UnifiedExec,
-        Ok(api::ShellTool::ShellCommand) => ShellTool::ShellCommand,
-        Ok(api::ShellTool::Shell) => ShellTool::Shell,
-        Ok(api::ShellTool::None) => ShellTool::None,
-        Err(_) => {
-            return Err((
-                "shell_tool",
-                format!("shell_tool {} is not a known ShellTool", req.shell_tool),
-            ));
-        }
-    };
+    use crate::bridge::{ApplyPatchTool, ToolSet};
+    let shell = shell_tool(req.shell_tool).map_err(|e| ("shell_tool", e))?;
     let apply_patch = match api::ApplyPatchTool::try_from(req.apply_patch_tool) {
         Ok(api::ApplyPatchTool::Unspecified | api::ApplyPatchTool::Freeform) => {
             ApplyPatchTool::Freeform
@@ -346,6 +347,18 @@ impl SessionStore {
             .filter_map(|id| table.remove(id).map(|e| e.session))
             .inspect(|s| s.closed.cancel())
             .collect()
+    }
+
+    /// The live sessions `uid` owns with how long each has been idle, ordered by id.
+    pub fn list_owned(&self, uid: u32) -> Vec<(Arc<Session>, Duration)> {
+        let mut owned: Vec<_> = self
+            .table()
+            .values()
+            .filter(|e| e.session.owner_uid == uid && e.last_used.elapsed() <= self.idle_timeout)
+            .map(|e| (e.session.clone(), e.last_used.elapsed()))
+            .collect();
+        owned.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        owned
     }
 
     /// Open sessions owned by `uid`.

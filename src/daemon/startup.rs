@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 /// resolved). `probe` is the host's sandbox report.
 pub fn announce(config: &Config, bound: &ListenAddr, probe: &Result<Vec<Layer>, String>) {
     let uid = nix::unistd::geteuid().as_raw();
-    let notes = notes(probe, uid);
+    let mut notes = notes(probe, uid);
+    notes.extend(config.warnings());
     let bin = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "corral".into());
@@ -317,7 +318,7 @@ mod tests {
         assert_eq!(layers(&all), "all 2 enforced (namespaces, landlock)");
         let some = Ok(vec![
             layer("namespaces", LayerStatus::Degraded),
-            layer("identity", LayerStatus::Unspecified),
+            layer("identity", LayerStatus::NotApplicable),
             layer("landlock", LayerStatus::Enforced),
         ]);
         assert_eq!(

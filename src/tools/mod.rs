@@ -98,6 +98,9 @@ pub fn kind_of_io(err: &io::Error) -> ErrorKind {
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
             ErrorKind::PermissionDenied
         }
+        // The wrong kind of file (a directory given to read_file, a file to list_dir): the
+        // caller's mistake about the filesystem, not a fault of corral's to page anyone on.
+        io::ErrorKind::IsADirectory | io::ErrorKind::NotADirectory => ErrorKind::FailedPrecondition,
         _ => ErrorKind::Internal,
     }
 }

@@ -34,6 +34,14 @@ pub fn code_of(kind: ErrorKind) -> tonic::Code {
     }
 }
 
+/// A typed call's error with the path it is about in front, as Unix tools print it
+/// (`PATH: failed to read file: …`). Model text through Invoke stays Codex's, which names no
+/// path; a person or program calling the typed RPC needs to know which file.
+fn naming(path: &std::path::Path, mut err: ToolError) -> ToolError {
+    err.message = format!("{}: {}", path.display(), err.message);
+    err
+}
+
 fn failure(err: ToolError) -> ToolFailure {
     ToolFailure {
         code: code_of(err.kind) as i32,
@@ -332,6 +340,7 @@ fn read_file_call(
         include_header: i.include_header,
         max_lines: size(i.max_lines),
     });
+    let path = crate::tools::resolve_path(&ctx.cwd, &req.file_path);
     let args = read_file::ReadFileArgs {
         file_path: req.file_path,
         offset: size(req.offset),
@@ -339,7 +348,7 @@ fn read_file_call(
         mode,
         indentation,
     };
-    let out = read_file::read_file(&ctx.cwd, &args)?;
+    let out = read_file::read_file(&ctx.cwd, &args).map_err(|e| naming(&path, e))?;
     Ok(api::ReadFileResponse {
         path: out.path.to_string_lossy().into_owned(),
         text: out.model_text(),
@@ -358,13 +367,14 @@ fn list_dir_call(
     ctx: &ToolContext,
     req: api::ListDirRequest,
 ) -> Result<api::ListDirResponse, ToolError> {
+    let path = crate::tools::resolve_path(&ctx.cwd, &req.dir_path);
     let args = list_dir::ListDirArgs {
         dir_path: req.dir_path,
         offset: size(req.offset),
         limit: size(req.limit),
         depth: size(req.depth),
     };
-    let out = list_dir::list_dir(&ctx.cwd, &args)?;
+    let out = list_dir::list_dir(&ctx.cwd, &args).map_err(|e| naming(&path, e))?;
     Ok(api::ListDirResponse {
         absolute_path: out.absolute_path.to_string_lossy().into_owned(),
         text: out.model_text(),

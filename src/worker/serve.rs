@@ -273,7 +273,9 @@ impl WorkerState {
 /// worker frame limit, so a reply is never dropped for its size.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 
-/// A reply too large to send becomes a clear RESOURCE_EXHAUSTED failure instead.
+/// A reply too large to send becomes a clear RESOURCE_EXHAUSTED failure instead; through
+/// Invoke, where the model chose the size (a `read_file` limit), it is model text with
+/// `success: false`, so that the agent loop gets a result to act on, not an exception.
 fn bounded(result: worker_reply::Result) -> worker_reply::Result {
     use prost::Message;
     let len = match &result {
@@ -291,16 +293,25 @@ fn bounded(result: worker_reply::Result) -> worker_reply::Result {
     if len <= MAX_RESPONSE_BYTES {
         return result;
     }
-    worker_reply::Result::Failure(ToolFailure {
-        code: tonic::Code::ResourceExhausted as i32,
-        message: format!(
-            "the result is {len} bytes, more than the {} MiB one response may carry; ask for \
-             less (read_file: offset and limit; list_dir and grep_files: limit; a command: \
-             send its output to a file and read that in parts)",
-            MAX_RESPONSE_BYTES >> 20
-        ),
-        setup: None,
-    })
+    let message = format!(
+        "the result is {len} bytes, more than the {} MiB one response may carry; ask for less \
+         (read_file: offset and limit; list_dir and grep_files: limit; a command: send its \
+         output to a file and read that in parts)",
+        MAX_RESPONSE_BYTES >> 20
+    );
+    match result {
+        worker_reply::Result::Invoke(r) => worker_reply::Result::Invoke(api::InvokeResponse {
+            call_id: r.call_id,
+            output: message,
+            success: false,
+            ..Default::default()
+        }),
+        _ => worker_reply::Result::Failure(ToolFailure {
+            code: tonic::Code::ResourceExhausted as i32,
+            message,
+            setup: None,
+        }),
+    }
 }
 
 fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::io::Result<()> {
@@ -324,7 +335,7 @@ pub fn layer_to_api(r: &LayerReport) -> api::Layer {
     let status = match r.status {
         LayerStatus::Enforced | LayerStatus::PartiallyEnforced => api::LayerStatus::Enforced,
         LayerStatus::Degraded => api::LayerStatus::Degraded,
-        LayerStatus::NotApplicable => api::LayerStatus::Unspecified,
+        LayerStatus::NotApplicable => api::LayerStatus::NotApplicable,
     };
     let mut detail = r.detail.clone();
     if !r.missing.is_empty() && r.status == LayerStatus::PartiallyEnforced {

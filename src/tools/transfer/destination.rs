@@ -257,7 +257,7 @@ fn open_parent(dir: &Path, create: bool) -> Result<OwnedFd, ToolError> {
                     ErrorKind::NotFound,
                     format!(
                         "the parent directory {} does not exist ({} is missing); set \
-                         create_parents to create it",
+                         create_parents to create it (`corral cp -p`)",
                         dir.display(),
                         at.display()
                     ),

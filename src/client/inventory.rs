@@ -1,0 +1,141 @@
+//! Finding things again: `corral sessions` (your open sessions) and `corral ps` (the processes
+//! they keep). Only the caller's own are ever listed: the daemon filters by who calls.
+
+use super::cli::{Common, Failure};
+use super::connect::Connection;
+use crate::api::{self, processes_client::ProcessesClient, sessions_client::SessionsClient};
+use serde_json::json;
+
+fn mode_name(mode: i32) -> &'static str {
+    match api::SandboxMode::try_from(mode) {
+        Ok(api::SandboxMode::ReadOnly) => "read-only",
+        Ok(api::SandboxMode::WorkspaceWrite) => "workspace-write",
+        Ok(api::SandboxMode::DangerFullAccess) => "danger-full-access",
+        _ => "?",
+    }
+}
+
+async fn list(channel: &Connection) -> Result<Vec<api::SessionInfo>, Failure> {
+    Ok(SessionsClient::new(channel.clone())
+        .list_sessions(api::ListSessionsRequest {})
+        .await?
+        .into_inner()
+        .sessions)
+}
+
+/// `corral sessions`: id, mode, idle time, network and cwd of each open session.
+pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32, Failure> {
+    let sessions = list(&channel).await?;
+    if common.json {
+        let rows: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                json!({
+                    "session_id": s.session_id, "cwd": s.cwd, "mode": mode_name(s.mode),
+                    "writable_roots": s.writable_roots, "network_access": s.network_access,
+                    "profile": s.profile, "tools": s.tools, "idle_seconds": s.idle_seconds,
+                })
+            })
+            .collect();
+        println!("{}", json!({ "sessions": rows }));
+        return Ok(0);
+    }
+    if sessions.is_empty() {
+        eprintln!("no open sessions");
+        return Ok(0);
+    }
+    let width = sessions
+        .iter()
+        .map(|s| s.session_id.len())
+        .max()
+        .unwrap_or(0);
+    let mut text = format!(
+        "{:<width$}  {:<18}  {:>6}  {:<7}  CWD\n",
+        "SESSION", "MODE", "IDLE", "NETWORK"
+    );
+    for s in &sessions {
+        text.push_str(&format!(
+            "{:<width$}  {:<18}  {:>6}  {:<7}  {}\n",
+            s.session_id,
+            mode_name(s.mode),
+            format!("{}s", s.idle_seconds),
+            if s.network_access { "on" } else { "off" },
+            s.cwd
+        ));
+    }
+    print!("{text}");
+    Ok(0)
+}
+
+/// `corral ps`: the processes of one session, or of all of yours.
+pub(super) async fn processes(
+    common: &Common,
+    channel: Connection,
+    session: Option<String>,
+) -> Result<i32, Failure> {
+    let ids = match session {
+        Some(id) => vec![id],
+        None => list(&channel)
+            .await?
+            .into_iter()
+            .map(|s| s.session_id)
+            .collect(),
+    };
+    let mut rows = Vec::new();
+    for id in ids {
+        let listed = ProcessesClient::new(channel.clone())
+            .list_processes(api::ListProcessesRequest {
+                session_id: id.clone(),
+            })
+            .await?
+            .into_inner();
+        rows.extend(listed.processes.into_iter().map(|p| (id.clone(), p)));
+    }
+    let state = |p: &api::ProcessInfo| -> String {
+        match &p.state {
+            Some(s) if s.running => "running".into(),
+            Some(s) => match s.exit_code {
+                Some(code) => format!("exited {code}"),
+                None => "exited".into(),
+            },
+            None => "?".into(),
+        }
+    };
+    if common.json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(id, p)| {
+                json!({
+                    "session_id": id, "process_id": p.process_id, "command": p.command,
+                    "tty": p.tty, "escalated": p.escalated,
+                    "running": p.state.as_ref().is_some_and(|s| s.running),
+                    "exit_code": p.state.as_ref().and_then(|s| s.exit_code),
+                    "output_bytes": p.state.as_ref().map_or(0, |s| s.output_bytes),
+                })
+            })
+            .collect();
+        println!("{}", json!({ "processes": rows }));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        eprintln!("no processes");
+        return Ok(0);
+    }
+    let width = rows.iter().map(|(id, _)| id.len()).max().unwrap_or(0);
+    let mut text = format!(
+        "{:<width$}  {:>7}  {:<10}  {:<3}  COMMAND\n",
+        "SESSION", "PROCESS", "STATE", "TTY"
+    );
+    for (id, p) in &rows {
+        text.push_str(&format!(
+            "{:<width$}  {:>7}  {:<10}  {:<3}  {}\n",
+            id,
+            p.process_id,
+            state(p),
+            if p.tty { "yes" } else { "no" },
+            p.command.join(" ")
+        ));
+    }
+    print!("{text}");
+    Ok(0)
+}
