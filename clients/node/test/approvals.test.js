@@ -2,7 +2,7 @@
 // and classifyCommand, against a real daemon that allows escalation (so a retry without the
 // sandbox can be approved).
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { ChatCompletionsAdapter, Client, FailedPreconditionError, NotFoundError, ResponsesAdapter } from '../src/index.js';
@@ -15,19 +15,17 @@ let client;
 let ws;
 let outside;
 before(async () => {
-  daemon = await h.startDaemon({ outsideTmp: true, extraArgs: ['--allow-escalation', '--root-callers', 'trusted'] });
+  daemon = await h.startDaemon({ extraArgs: ['--allow-escalation', '--root-callers', 'trusted'] });
   client = new Client(daemon.address, { deadlineMs: 60_000 });
   ws = h.makeWorkspace();
-  // Outside every writable root (not under /tmp).
-  const base = join(h.REPO_ROOT, 'target', 'node-outside');
-  mkdirSync(base, { recursive: true });
-  outside = mkdtempSync(join(base, 'o-'));
+  // Outside every writable root (not under /tmp, nor in the checkout, which may be there).
+  outside = h.privateDir('corral-node-outside-');
 });
 after(async () => {
   client?.close();
   await daemon?.stop();
   if (ws) h.removeWorkspace(ws);
-  if (outside) rmSync(outside, { recursive: true, force: true });
+  if (outside) h.removePrivateDir(outside);
 });
 
 const env = () => ({ PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: ws });

@@ -60,9 +60,9 @@ test('the example runs against OPENAI_BASE_URL', async () => {
   const { execFile } = await import('node:child_process');
   const { promisify } = await import('node:util');
   const ws2 = h.makeWorkspace({ 'hello.txt': 'hi\n' });
-  // The example opens a workspace-write session with /tmp writable: its daemon's state lives
-  // elsewhere.
-  const own = await h.startDaemon({ outsideTmp: true });
+  // The example opens a workspace-write session with /tmp writable (the daemons' state is never
+  // there).
+  const own = await h.startDaemon();
   const replies = [
     [{ type: 'function_call', name: 'list_dir', arguments: '{"dir_path":"."}', call_id: 'c1' }],
     [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'done' }] }],

@@ -1,7 +1,7 @@
 // Test harness: a real `corral serve` on a temporary Unix socket, temporary workspaces, the shared
 // transcript fixture.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,17 +26,52 @@ export function corralBin() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Starts a daemon. Its state directory and the workspaces are siblings under the temp dir; sessions
- * must set exclude_slash_tmp, as the daemon refuses writable roots containing its own state —
- * unless `outsideTmp` puts its state under the repository's target/ instead.
+ * Where the test daemons keep their state (socket, log) and where the tests put directories
+ * outside every writable root: never under /tmp, which is a writable root of workspace-write
+ * sessions (the daemon refuses a session whose writable root contains its state), nor under the
+ * repository, which may itself be a clone under /tmp. $XDG_RUNTIME_DIR when it is set (and not
+ * under /tmp), else /var/tmp.
  */
-export async function startDaemon({ tcpPort, extraArgs = [], outsideTmp = false } = {}) {
-  let base = tmpdir();
-  if (outsideTmp) {
-    base = join(REPO_ROOT, 'target', 'node-daemons');
-    mkdirSync(base, { recursive: true, mode: 0o755 });
+export function stateBase() {
+  const underTmp = (p) => p === '/tmp' || p.startsWith('/tmp/') || p === tmpdir() || p.startsWith(`${tmpdir()}/`);
+  for (const candidate of [process.env.XDG_RUNTIME_DIR, '/var/tmp']) {
+    if (!candidate) continue;
+    let real;
+    try {
+      real = realpathSync(candidate);
+      if (!statSync(real).isDirectory()) continue;
+    } catch {
+      continue;
+    }
+    if (!underTmp(real)) return real;
   }
-  const dir = mkdtempSync(join(base, 'corral-node-daemon-'));
+  throw new Error('no directory for the test daemons outside /tmp: set XDG_RUNTIME_DIR or create /var/tmp');
+}
+
+const privateDirs = new Set();
+process.once('exit', () => {
+  for (const d of privateDirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** A fresh private (0700) directory under stateBase(); removed at exit if not before. */
+export function privateDir(prefix = 'corral-node-') {
+  const dir = mkdtempSync(join(stateBase(), prefix));
+  privateDirs.add(dir);
+  return dir;
+}
+
+/** Removes a privateDir(). */
+export function removePrivateDir(dir) {
+  rmSync(dir, { recursive: true, force: true });
+  privateDirs.delete(dir);
+}
+
+/**
+ * Starts a daemon. Its state (socket, log) lives in a privateDir(), never under /tmp or the
+ * repository, so workspace-write sessions keep /tmp writable wherever the checkout is.
+ */
+export async function startDaemon({ tcpPort, extraArgs = [] } = {}) {
+  const dir = privateDir('corral-node-daemon-');
   const socket = join(dir, 'corral.sock');
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');
@@ -83,7 +118,7 @@ export async function startDaemon({ tcpPort, extraArgs = [], outsideTmp = false 
         clearTimeout(timer);
       }
       process.removeListener('exit', reap);
-      rmSync(dir, { recursive: true, force: true });
+      removePrivateDir(dir);
     },
   };
 }

@@ -1,13 +1,15 @@
 """Test harness: a real `corral serve` on a temporary Unix socket, and the shared transcript.
 
 The daemon binary is $CORRAL_BIN, else target/debug/corral of this repository (build it with
-`cargo build`; clients/run-client-tests.sh does). Its socket directory lives under the target
-directory, not /tmp: /tmp is a writable root of workspace-write sessions by default, and the
-daemon's own state must not be writable from a sandbox.
+`cargo build`; clients/run-client-tests.sh does). Its state (socket directory, log) lives in a
+private directory under :func:`state_base`, never under /tmp: /tmp is a writable root of
+workspace-write sessions by default, and the daemon refuses a session whose writable root contains
+its own state. Nor in the repository, which may itself be a clone under /tmp.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
@@ -37,17 +39,49 @@ def corral_bin() -> Path:
     return path
 
 
-def target_dir() -> Path:
-    return Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+def _under_tmp(path: str) -> bool:
+    tmp = os.path.realpath(tempfile.gettempdir())
+    return any(path == t or path.startswith(t + "/") for t in ("/tmp", tmp))
+
+
+def state_base() -> Path:
+    """Where the test daemons keep their state and the tests make directories outside every
+    writable root: $XDG_RUNTIME_DIR when it is set (and not under /tmp), else /var/tmp."""
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), "/var/tmp"):
+        if not candidate:
+            continue
+        real = os.path.realpath(candidate)
+        if os.path.isdir(real) and not _under_tmp(real):
+            return Path(real)
+    raise RuntimeError("no directory for the test daemons outside /tmp: set XDG_RUNTIME_DIR or create /var/tmp")
+
+
+_PRIVATE_DIRS: set[Path] = set()
+
+
+def private_dir(prefix: str = "corral-pytest-") -> Path:
+    """A fresh private (0700) directory under :func:`state_base`; removed at exit if not before."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=state_base()))
+    _PRIVATE_DIRS.add(d)
+    return d
+
+
+def remove_private_dir(d: Path) -> None:
+    shutil.rmtree(d, ignore_errors=True)
+    _PRIVATE_DIRS.discard(d)
+
+
+@atexit.register
+def _remove_private_dirs() -> None:
+    for d in list(_PRIVATE_DIRS):
+        remove_private_dir(d)
 
 
 class Daemon:
     """A running `corral serve`; SIGTERMed and reaped by stop()."""
 
     def __init__(self, listen: str | None = None, extra: tuple[str, ...] = ()):
-        base = target_dir() / "pytest-daemons"
-        base.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix="d", dir=base))
+        self.dir = private_dir("corral-pytest-daemon-")
         self.socket = self.dir / "corral.sock"
         self.listen = listen or f"unix:{self.socket}"
         self.target = self.listen if listen else str(self.socket)
@@ -93,7 +127,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_private_dir(self.dir)
 
 
 def free_tcp_port() -> int:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
-from conftest import Daemon, session_env, target_dir
+from conftest import Daemon, private_dir, remove_private_dir, session_env
 from corral_client import ChatCompletionsAdapter, Client, FailedPrecondition, NotFound, ResponsesAdapter, pb
 from corral_client.aio import AsyncClient
 
@@ -25,11 +23,12 @@ def escalating():
 
 
 @pytest.fixture
-def outside() -> Path:
-    """A directory outside every writable root (not under /tmp)."""
-    base = target_dir() / "pytest-outside"
-    base.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=base))
+def outside():
+    """A directory outside every writable root (not under /tmp, nor in the checkout, which may be
+    there)."""
+    d = private_dir("corral-pytest-outside-")
+    yield d
+    remove_private_dir(d)
 
 
 def call(name: str, args: dict, call_id: str = "c1") -> dict:
