@@ -4,7 +4,14 @@
 // result. The adapters then ask `onApproval(request)` (default: deny) and answer the daemon until
 // the call has its result, so the model always gets what Codex would send it: the command's
 // output, or `exec command rejected by user`.
-import { DeadlineExceededError } from './errors.js';
+//
+// An agent loop never crashes on a tool result: an error that the model's own call caused — a
+// result too large to send or receive (RESOURCE_EXHAUSTED: a read_file with a huge limit), bad
+// arguments (INVALID_ARGUMENT, OUT_OF_RANGE) — becomes model text with `success: false`, which the
+// model can act on ("ask for less"). Errors of the connection, the credentials or the session
+// (UNAVAILABLE, UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND, …) still reject: they are the
+// host's to handle.
+import { CorralError, DeadlineExceededError } from './errors.js';
 
 /**
  * @typedef {import('./client.js').Session} Session
@@ -46,6 +53,39 @@ async function settle(session, result, onApproval) {
     result = decided.invoke;
   }
   return result;
+}
+
+/** The status codes that mean "the model asked for something that cannot be", not a broken host. */
+export const MODEL_ERROR_CODES = Object.freeze(['RESOURCE_EXHAUSTED', 'INVALID_ARGUMENT', 'OUT_OF_RANGE']);
+
+const ASK_FOR_LESS =
+  'ask for less (read_file: offset and limit; list_dir and grep_files: limit; a command: send its ' +
+  'output to a file and read that in parts)';
+
+/**
+ * The model text for an error the model's call caused, or null for any other error. The
+ * daemon's own words when it said how to do better; a result over this client's receive limit
+ * (grpc-js's `Received message larger than max …`) says how to ask for less.
+ * @param {unknown} err
+ * @returns {string | null}
+ */
+export function modelErrorText(err) {
+  if (!(err instanceof CorralError) || !MODEL_ERROR_CODES.includes(err.code)) return null;
+  if (err.code === 'RESOURCE_EXHAUSTED' && !/ask for less/.test(err.message)) {
+    return `the result is too large to receive (${err.message}); ${ASK_FOR_LESS}`;
+  }
+  return err.message;
+}
+
+/** Runs `call` (an Invoke and its approvals); an error the model caused becomes its result. */
+async function forModel(callId, call) {
+  try {
+    return await call();
+  } catch (err) {
+    const output = modelErrorText(err);
+    if (output === null) throw err;
+    return { callId, output, success: false };
+  }
 }
 
 /** An output's content items (view_image's image) as Responses API input items. */
@@ -97,7 +137,7 @@ export class ResponsesAdapter {
   }
 
   async _invoke(name, args, opts) {
-    return settle(this.session, await this.session.invoke(name, args, opts), this.onApproval);
+    return forModel(opts.callId, async () => settle(this.session, await this.session.invoke(name, args, opts), this.onApproval));
   }
 
   /** The list for the request's `tools` field. @returns {Promise<object[]>} */
@@ -173,17 +213,17 @@ export class ChatCompletionsAdapter {
    */
   async handle(toolCall) {
     const kind = toolCall?.type ?? 'function';
-    let result;
+    let invoke;
     if (kind === 'function') {
       const fn = toolCall.function;
-      result = await this.session.invoke(fn.name, fn.arguments || '{}', { callId: toolCall.id });
+      invoke = () => this.session.invoke(fn.name, fn.arguments || '{}', { callId: toolCall.id });
     } else if (kind === 'custom') {
       const { name, input } = toolCall.custom;
-      result = await this.session.invoke(name, input ?? '', { callId: toolCall.id, freeform: true });
+      invoke = () => this.session.invoke(name, input ?? '', { callId: toolCall.id, freeform: true });
     } else {
       throw new TypeError(`unsupported tool call type: ${toolCall.type}`);
     }
-    result = await settle(this.session, result, this.onApproval);
+    const result = await forModel(toolCall.id, async () => settle(this.session, await invoke(), this.onApproval));
     this.onResult?.(toolCall, result);
     return { role: 'tool', tool_call_id: toolCall.id, content: chatContent(result) };
   }

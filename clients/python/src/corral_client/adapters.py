@@ -13,6 +13,13 @@ Under a session's approval policy a call may come back as an approval request in
 result. The adapters then ask ``on_approval(request)`` (default: deny) and answer the daemon until
 the call has its result, so the model always gets what Codex would send it: the command's output,
 or ``exec command rejected by user``.
+
+An agent loop never crashes on a tool result: an error that the model's own call caused — a result
+too large to send or receive (``RESOURCE_EXHAUSTED``: a ``read_file`` with a huge limit), bad
+arguments (``INVALID_ARGUMENT``, ``OUT_OF_RANGE``) — becomes model text with ``success=False``,
+which the model can act on ("ask for less"). Errors of the connection, the credentials or the
+session (``Unavailable``, ``Unauthenticated``, ``PermissionDenied``, ``NotFound``, …) still raise:
+they are the host's to handle.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ from typing import Any, Union
 from . import _core
 from ._proto import corral_pb2 as pb
 from .client import Session
-from .errors import DeadlineExceeded
+from .errors import CorralError, DeadlineExceeded, InvalidArgument, OutOfRange, ResourceExhausted
 
-__all__ = ["ChatCompletionsAdapter", "ResponsesAdapter", "deny_all"]
+__all__ = ["MODEL_ERRORS", "ChatCompletionsAdapter", "ResponsesAdapter", "deny_all", "model_error_text"]
 
 # The user's decision on an ApprovalRequest: "approved", "approved_for_session", "denied" (or the
 # enum), True (approve once) or False/None (deny).
@@ -56,6 +63,34 @@ def _settled(session: Session, resp: pb.InvokeResponse, on_approval: OnApproval)
             raise RuntimeError(f"the daemon answered a model call's approval with {decided.WhichOneof('result')!r}")
         resp = decided.invoke
     return resp
+
+
+# The errors that mean "the model asked for something that cannot be", not a broken host.
+MODEL_ERRORS: tuple[type[CorralError], ...] = (ResourceExhausted, InvalidArgument, OutOfRange)
+
+_ASK_FOR_LESS = (
+    "ask for less (read_file: offset and limit; list_dir and grep_files: limit; a command: send its "
+    "output to a file and read that in parts)"
+)
+
+
+def model_error_text(error: BaseException) -> str | None:
+    """The model text for an error the model's call caused (:data:`MODEL_ERRORS`), or None. The
+    daemon's own words when it said how to do better; a result over this client's receive limit
+    (gRPC's ``Received message larger than max …``) says how to ask for less."""
+    if not isinstance(error, MODEL_ERRORS):
+        return None
+    if isinstance(error, ResourceExhausted) and "ask for less" not in error.message:
+        return f"the result is too large to receive ({error.message}); {_ASK_FOR_LESS}"
+    return error.message
+
+
+def _for_model(call_id: str, call: Callable[[], pb.InvokeResponse]) -> pb.InvokeResponse:
+    """``call()`` (an Invoke and its approvals); an error the model caused becomes its result."""
+    try:
+        return call()
+    except MODEL_ERRORS as e:
+        return pb.InvokeResponse(call_id=call_id, output=model_error_text(e) or str(e), success=False)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -123,8 +158,11 @@ class ResponsesAdapter:
         self.on_approval = on_approval or deny_all
 
     def _invoke(self, name: str, arguments: str, call_id: str, freeform: bool = False) -> pb.InvokeResponse:
-        resp = self.session.invoke(name, arguments, call_id=call_id, freeform=freeform)
-        return _settled(self.session, resp, self.on_approval)
+        def call() -> pb.InvokeResponse:
+            resp = self.session.invoke(name, arguments, call_id=call_id, freeform=freeform)
+            return _settled(self.session, resp, self.on_approval)
+
+        return _for_model(call_id, call)
 
     def tools(self) -> list[dict[str, Any]]:
         return self.session.list_tools("responses", exclude=self.exclude)
@@ -233,14 +271,19 @@ class ChatCompletionsAdapter:
         if kind == "function":
             fn = _require(tool_call, "function", "tool call")
             name = _require(fn, "name", "tool call function")
-            resp = self.session.invoke(name, _get(fn, "arguments") or "{}", call_id=call_id)
+            arguments, freeform = _get(fn, "arguments") or "{}", False
         elif kind == "custom":
             custom = _require(tool_call, "custom", "tool call")
             name = _require(custom, "name", "custom tool call")
-            resp = self.session.invoke(name, _get(custom, "input") or "", call_id=call_id, freeform=True)
+            arguments, freeform = _get(custom, "input") or "", True
         else:
             raise ValueError(f"unsupported tool call type {kind!r}")
-        resp = _settled(self.session, resp, self.on_approval)
+
+        def call() -> pb.InvokeResponse:
+            resp = self.session.invoke(name, arguments, call_id=call_id, freeform=freeform)
+            return _settled(self.session, resp, self.on_approval)
+
+        resp = _for_model(call_id, call)
         return {"role": "tool", "tool_call_id": call_id, "content": _chat_content(resp)}
 
     def handle_message(self, message: Any) -> list[dict[str, Any]]:
