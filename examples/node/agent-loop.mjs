@@ -1,7 +1,8 @@
 // A minimal agent loop over corral: the model call is a parameter (any Responses-API-shaped
 // function), so this runs against OpenAI, another provider, or a scripted stand-in in tests.
-// In your project: import { Client, ResponsesAdapter } from '@corral/client';
-import { Client, ResponsesAdapter } from '../../clients/node/src/index.js';
+// Run it: cd examples/node && npm install && node agent-loop.mjs "task" (npm install links
+// @corral/client from ../../clients/node, as `npm install ./clients/node` does in your project).
+import { Client, ResponsesAdapter } from '@corral/client';
 
 /** callModel({input, tools}) resolves to the response's `output` items; settings: openSession's. */
 export async function runAgent({ client, settings, prompt, callModel, maxTurns = 20 }) {
@@ -38,9 +39,10 @@ export function responsesApi(env = process.env) {
 }
 
 // `node agent-loop.mjs "prompt"` with a daemon running (CORRAL_SOCKET) and OPENAI_API_KEY set
-// (OPENAI_BASE_URL for another OpenAI-compatible endpoint, OPENAI_MODEL).
+// (OPENAI_BASE_URL for another OpenAI-compatible endpoint, OPENAI_MODEL). Commands get the
+// daemon's default environment for you (HOME, USER, PATH, LANG, ...), not this process's.
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const settings = { cwd: process.cwd(), env: { PATH: process.env.PATH, HOME: process.env.HOME } };
+  const settings = { cwd: process.cwd() };
   const client = new Client();
   const transcript = await runAgent({ client, settings, prompt: process.argv[2], callModel: responsesApi() });
   console.log(JSON.stringify(transcript.at(-1)));

@@ -1,6 +1,7 @@
 // Loads corral's protos with @grpc/proto-loader. The protos come from, in order: $CORRAL_PROTO_DIR,
-// the repository's proto/ directory when the package sits in a corral checkout (clients/node), or
-// the copy bundled into the package at pack time (proto/).
+// the repository's proto/ directory when the package sits in a corral checkout (clients/node, also
+// through the symlink `npm install ./clients/node` makes), or the package's own copy (proto/,
+// checked in and kept the same by scripts/copy-protos.mjs), which every installed copy carries.
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -36,7 +37,7 @@ export function protoDir() {
   }
   throw new Error(
     `corral protos not found (looked for ${MAIN_PROTO} in ${candidates.join(', ')}); ` +
-      'set CORRAL_PROTO_DIR or run `npm pack` (its prepack step bundles them)',
+      'set CORRAL_PROTO_DIR to the directory holding corral/v1/corral.proto',
   );
 }
 

@@ -1,12 +1,20 @@
-// examples/node/agent-loop.mjs runs end to end with a scripted stand-in for the model.
+// examples/node/agent-loop.mjs runs end to end with a scripted stand-in for the model, after the
+// steps its header and the README give: `npm install` in examples/node (which links the client).
 import assert from 'node:assert/strict';
+import { realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import { Client } from '../src/index.js';
 import * as h from './helpers.js';
 
-const { runAgent } = await import(pathToFileURL(join(h.REPO_ROOT, 'examples', 'node', 'agent-loop.mjs')).href);
+const EXAMPLE_DIR = join(h.REPO_ROOT, 'examples', 'node');
+await h.npm(['install', '--no-audit', '--no-fund'], { cwd: EXAMPLE_DIR });
+const { runAgent } = await import(pathToFileURL(join(EXAMPLE_DIR, 'agent-loop.mjs')).href);
+
+test('npm install in examples/node links this package', () => {
+  assert.equal(realpathSync(join(EXAMPLE_DIR, 'node_modules', '@corral', 'client')), realpathSync(h.PACKAGE_ROOT));
+});
 const fixture = h.loadFixture();
 
 let daemon;

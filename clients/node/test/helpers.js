@@ -1,10 +1,11 @@
 // Test harness: a real `corral serve` on a temporary Unix socket, temporary workspaces, the shared
 // transcript fixture.
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { Client } from '../src/index.js';
 
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -21,6 +22,13 @@ export function corralBin() {
     if (r.status !== 0 || !existsSync(bin)) throw new Error(`cargo build failed (status ${r.status})`);
   }
   return bin;
+}
+
+/** Runs npm (the one `npm test` was started with, else the one on PATH); resolves to {stdout, stderr}. */
+export function npm(args, opts = {}) {
+  const cli = process.env.npm_execpath;
+  const [cmd, pre] = cli && existsSync(cli) && cli.endsWith('.js') ? [process.execPath, [cli]] : ['npm', []];
+  return promisify(execFile)(cmd, [...pre, ...args], { maxBuffer: 16 << 20, ...opts });
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
