@@ -202,7 +202,7 @@ async fn lists_and_calls_the_session_tools() {
         .list_tools(api::ListToolsRequest {
             format: api::ToolFormat::ChatCompletions as i32,
             session_id: s,
-            exclude: Vec::new(),
+            ..Default::default()
         })
         .await
         .unwrap()

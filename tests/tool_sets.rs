@@ -28,6 +28,7 @@ async fn list(d: &Daemon, session: &str, format: ToolFormat) -> api::ListToolsRe
             format: format as i32,
             session_id: session.into(),
             exclude: vec![],
+            ..Default::default()
         })
         .await
         .unwrap_or_else(|s| panic!("list_tools: {s:?}"))
