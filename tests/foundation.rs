@@ -260,26 +260,35 @@ async fn read_file_typed_and_its_errors() {
         offset,
         ..Default::default()
     };
+    // The typed call's errors name the path (Invoke's model text stays Codex's); a directory
+    // is the wrong kind of file, not an internal fault.
+    let at = |name: &str| dir.path().join(name).display().to_string();
     let cases = [
         (
             read("f.txt", Some(0)),
             Code::InvalidArgument,
-            "offset must be a 1-indexed line number".to_string(),
+            format!("{}: offset must be a 1-indexed line number", at("f.txt")),
         ),
         (
             read("f.txt", Some(9)),
             Code::InvalidArgument,
-            "offset exceeds file length".to_string(),
+            format!("{}: offset exceeds file length", at("f.txt")),
         ),
         (
             read("missing.txt", None),
             Code::NotFound,
-            "failed to read file: No such file or directory (os error 2)".to_string(),
+            format!(
+                "{}: failed to read file: No such file or directory (os error 2)",
+                at("missing.txt")
+            ),
         ),
         (
             read("sub", None),
-            Code::Internal,
-            "failed to read file: Is a directory (os error 21)".to_string(),
+            Code::FailedPrecondition,
+            format!(
+                "{}: failed to read file: Is a directory (os error 21)",
+                at("sub")
+            ),
         ),
     ];
     for (req, code, text) in cases {
@@ -335,7 +344,13 @@ async fn list_dir_typed() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert_eq!(err.message(), "offset exceeds directory entry count");
+    assert_eq!(
+        err.message(),
+        format!(
+            "{}: offset exceeds directory entry count",
+            dir.path().join("nested").display()
+        )
+    );
 }
 
 #[tokio::test]
@@ -514,7 +529,7 @@ async fn the_cli_talks_to_the_daemon() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
     assert!(
-        stderr.starts_with("error: NotFound: failed to read file"),
+        stderr.starts_with("error: NotFound: ") && stderr.contains("/nope: failed to read file"),
         "{stderr}"
     );
 }
