@@ -28,7 +28,11 @@ impl std::str::FromStr for ListenAddr {
             if path.is_empty() {
                 return Err("unix: needs a socket path, e.g. unix:/run/corral/corral.sock".into());
             }
-            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+            // Absolute from the start: the `try:` line, the state paths and the masks then
+            // name the socket wherever they are read from.
+            let path = std::path::absolute(path)
+                .map_err(|e| format!("unix:{path}: cannot make the path absolute: {e}"))?;
+            return Ok(ListenAddr::Unix(path));
         }
         if let Some(addr) = s.strip_prefix("tcp:") {
             let addr: std::net::SocketAddr = addr
@@ -651,10 +655,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn state_under_tmp_is_warned_about() {
+        let args = |audit: &str| ServeArgs {
+            listen: Some("unix:/run/corral-t/corral.sock".parse().unwrap()),
+            audit_log: Some(audit.into()),
+            ..ServeArgs::default()
+        };
+        let warned = Config::load(&args("/tmp/x/audit.jsonl"))
+            .unwrap()
+            .warnings();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(warned[0].contains("/tmp/x/audit.jsonl lies under /tmp"));
+        assert!(
+            Config::load(&args("/var/log/corral/audit.jsonl"))
+                .unwrap()
+                .warnings()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn listen_addresses_parse() {
         assert_eq!(
             "unix:/x/y.sock".parse::<ListenAddr>().unwrap(),
             ListenAddr::Unix("/x/y.sock".into())
+        );
+        // A relative socket path is made absolute (the `try:` line works from anywhere).
+        assert_eq!(
+            "unix:rel.sock".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Unix(std::env::current_dir().unwrap().join("rel.sock"))
         );
         assert!("tcp:127.0.0.1:9".parse::<ListenAddr>().is_ok());
         assert!(

@@ -738,7 +738,7 @@ impl Sessions for CorralService {
                 return Err(full(n));
             }
         };
-        tracing::info!(session = %session.id, uid = caller.uid, pid = ?caller.pid, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
+        tracing::info!(session = %session.id, uid = caller.uid, pid = caller.pid, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
         Ok(Response::new(api::OpenSessionResponse {
             session_id: session.id.clone(),
             skipped_writable_roots,
