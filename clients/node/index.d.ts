@@ -183,6 +183,13 @@ export interface ClientOptions {
   tls?: boolean | TlsOptions;
   /** Overrides `tls`. */
   credentials?: ChannelCredentials;
+  /**
+   * A bearer token the daemon maps to a local user (its `[[tokens]]`), sent as
+   * `authorization: Bearer TOKEN`. Default: `$CORRAL_TOKEN`. As for the `corral` CLI: TCP
+   * addresses with TLS only (`$CORRAL_TOKEN` is ignored for a Unix socket; an explicit token there,
+   * or any token over plain TCP, throws InvalidArgumentError).
+   */
+  token?: string;
   /** grpc-js channel options (message size limits default to MAX_MESSAGE_BYTES). */
   channelOptions?: Record<string, unknown>;
   /** The default deadline of unary calls. */

@@ -1,10 +1,11 @@
 // The corral client: one gRPC channel to a daemon, sessions, typed tool RPCs and the bridge.
 import { spawnSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { corralPackage } from './proto.js';
-import { fromGrpcError, CorralError, NotFoundError, PermissionDeniedError } from './errors.js';
+import { fromGrpcError, CorralError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnavailableError } from './errors.js';
 import { Files } from './files.js';
 import { Processes } from './processes.js';
 import { callOptions, dropUndefined, unary } from './rpc.js';
@@ -131,6 +132,64 @@ export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 export const SOCKET_ENV = 'CORRAL_SOCKET';
 /** The system daemon's socket. */
 export const SYSTEM_SOCKET = '/run/corral/corral.sock';
+/** The environment variable a bearer token comes from when no `token` option is given. */
+export const TOKEN_ENV = 'CORRAL_TOKEN';
+
+function invalid(message) {
+  return new InvalidArgumentError(message, { code: 'INVALID_ARGUMENT', grpcCode: grpc.status.INVALID_ARGUMENT });
+}
+
+/**
+ * The token to send, by the `corral` CLI's rule (src/client/cli.rs, connect.rs): `token` if given,
+ * else $CORRAL_TOKEN, for TCP targets only ($CORRAL_TOKEN is ignored for a Unix socket, where the
+ * kernel says who calls; an explicit token there is an error), and only over TLS (a token over
+ * plain TCP is an error, wherever it came from).
+ * @returns {string | undefined}
+ */
+function bearerToken(token, { address, unix, secure }) {
+  if (token && unix) {
+    throw invalid(`the token option is for TCP addresses (tcp:HOST:PORT); ${address} is a Unix socket, where the kernel says who you are`);
+  }
+  if (!token && !unix) token = process.env[TOKEN_ENV] || undefined;
+  if (!token) return undefined;
+  if (!secure) {
+    throw invalid(
+      `a token (the token option or $${TOKEN_ENV}) is only sent over TLS, and ${address} is plain TCP: ` +
+        "pass tls: { rootCerts } (the CA that signed the daemon's certificate) or tls: true",
+    );
+  }
+  if (!/^[\x20-\x7e]+$/.test(token)) throw invalid(`the token (the token option or $${TOKEN_ENV}) has characters a header cannot carry`);
+  return token;
+}
+
+/**
+ * Why a Unix socket takes no connection — missing, refused, … — in a sentence, or null when it
+ * does.
+ * @param {string} path
+ * @returns {Promise<string | null>}
+ */
+export function unixUnreachable(path) {
+  const hint = 'is `corral serve` running? It prints the socket it listens on: pass that address or set $CORRAL_SOCKET';
+  return new Promise((res) => {
+    const sock = netConnect({ path });
+    const timer = setTimeout(() => {
+      sock.destroy();
+      res(null);
+    }, 2000);
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.destroy();
+      res(null);
+    });
+    sock.once('error', (err) => {
+      clearTimeout(timer);
+      if (err.code === 'ENOENT') res(`cannot connect to ${path}: no such socket (${hint})`);
+      else if (err.code === 'ECONNREFUSED') {
+        res(`cannot connect to ${path}: connection refused, nothing is listening there (a socket left behind by a daemon that is gone?); ${hint}`);
+      } else res(`cannot connect to ${path}: ${err.message} (${hint})`);
+    });
+  });
+}
 
 /**
  * The daemon to call when no address is given: the socket rule shared with the `corral` CLI
@@ -245,13 +304,16 @@ export class Client {
    * @param {string} [address] socket path, `unix:PATH`, `tcp:HOST:PORT` or `HOST:PORT`
    *   (default: defaultTarget()); a Unix socket must pass checkSocket (PermissionDeniedError otherwise)
    * @param {{tls?: boolean | {rootCerts?: Buffer, privateKey?: Buffer, certChain?: Buffer, serverName?: string},
-   *   credentials?: grpc.ChannelCredentials, channelOptions?: object, deadlineMs?: number}} [options]
+   *   credentials?: grpc.ChannelCredentials, token?: string, channelOptions?: object, deadlineMs?: number}} [options]
    *   `tls`: use TLS for a TCP address (`true` for the system roots); `credentials` overrides it;
+   *   `token`: a bearer token the daemon maps to a local user (its [[tokens]]), sent as
+   *   `authorization: Bearer TOKEN` (default: $CORRAL_TOKEN; TCP with TLS only, as for the CLI);
    *   `deadlineMs`: default per-call deadline. Messages of up to MAX_MESSAGE_BYTES (64 MiB) are
    *   sent and received unless `channelOptions` says otherwise.
    */
   constructor(address = defaultTarget(), options = {}) {
     const { target, unix } = parseTarget(address);
+    this._unixPath = unix ? target.replace(/^unix:(\/\/)?/, '') : undefined;
     // Never talk to an impostor (the same rule as the corral CLI).
     if (unix) checkSocket(target.replace(/^unix:(\/\/)?/, ''));
     let credentials = options.credentials;
@@ -269,6 +331,16 @@ export class Client {
         credentials = grpc.credentials.createInsecure();
       }
     }
+    const secure = typeof credentials._isSecure === 'function' ? credentials._isSecure() : Boolean(options.credentials);
+    const token = bearerToken(options.token, { address, unix, secure });
+    if (token) {
+      const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+        const metadata = new grpc.Metadata();
+        metadata.set('authorization', `Bearer ${token}`);
+        callback(null, metadata);
+      });
+      credentials = credentials.compose(bearer);
+    }
     const pkg = corralPackage();
     this.target = target;
     this.defaultDeadlineMs = options.deadlineMs;
@@ -281,7 +353,20 @@ export class Client {
   }
 
   _opts(opts) {
-    return { deadlineMs: this.defaultDeadlineMs, ...(opts ?? {}) };
+    return { deadlineMs: this.defaultDeadlineMs, explain: (err) => this._explain(err), ...(opts ?? {}) };
+  }
+
+  /**
+   * `err`, or for an UNAVAILABLE Unix socket that is missing or refuses connections, the same
+   * error saying which (grpc-js's own text says only `No connection established`).
+   * @param {Error} err
+   * @returns {Promise<Error>}
+   */
+  async _explain(err) {
+    if (!(err instanceof CorralError) || err.code !== 'UNAVAILABLE' || !this._unixPath) return err;
+    const why = await unixUnreachable(this._unixPath);
+    if (!why) return err;
+    return new UnavailableError(why, { code: err.code, grpcCode: err.grpcCode, details: err.details, metadata: err.metadata, cause: err });
   }
 
   /**
@@ -291,7 +376,9 @@ export class Client {
   waitForReady(timeoutMs = 10_000) {
     return new Promise((res, rej) => {
       this._sessions.waitForReady(new Date(Date.now() + timeoutMs), (err) =>
-        err ? rej(new CorralError(`corral at ${this.target} not ready: ${err.message}`, { code: 'UNAVAILABLE', grpcCode: grpc.status.UNAVAILABLE, cause: err })) : res(),
+        err
+          ? this._explain(new UnavailableError(`corral at ${this.target} not ready: ${err.message}`, { code: 'UNAVAILABLE', grpcCode: grpc.status.UNAVAILABLE, cause: err })).then(rej)
+          : res(),
       );
     });
   }
@@ -565,7 +652,7 @@ export class Session {
       finished = true;
     } catch (err) {
       finished = true;
-      throw fromGrpcError(err);
+      throw await this.client._explain(fromGrpcError(err));
     } finally {
       opts.signal?.removeEventListener('abort', onAbort);
       if (!finished) call.cancel();

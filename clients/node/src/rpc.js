@@ -10,7 +10,10 @@ export function callOptions(opts) {
   return out;
 }
 
-/** One unary call; rejects with a CorralError (a subclass per status code). */
+/**
+ * One unary call; rejects with a CorralError (a subclass per status code), passed through
+ * `opts.explain(err)` (which may resolve to a more telling error) when given.
+ */
 export function unary(stub, method, request, opts = {}) {
   return new Promise((resolvePromise, reject) => {
     if (opts.signal?.aborted) {
@@ -20,8 +23,9 @@ export function unary(stub, method, request, opts = {}) {
     const onAbort = () => call.cancel();
     const call = stub[method](request, new grpc.Metadata(), callOptions(opts), (err, res) => {
       opts.signal?.removeEventListener('abort', onAbort);
-      if (err) reject(fromGrpcError(err));
-      else resolvePromise(res);
+      if (!err) resolvePromise(res);
+      else if (opts.explain) Promise.resolve(opts.explain(fromGrpcError(err))).then(reject, () => reject(fromGrpcError(err)));
+      else reject(fromGrpcError(err));
     });
     opts.signal?.addEventListener('abort', onAbort, { once: true });
   });

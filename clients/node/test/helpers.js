@@ -76,16 +76,18 @@ export function removePrivateDir(dir) {
 
 /**
  * Starts a daemon. Its state (socket, log) lives in a privateDir(), never under /tmp or the
- * repository, so workspace-write sessions keep /tmp writable wherever the checkout is.
+ * repository, so workspace-write sessions keep /tmp writable wherever the checkout is. On a TCP
+ * port it serves plain TCP (--insecure-loopback-tcp) unless `tls` (its config says how);
+ * `clientOptions`: how to reach it when ready.
  */
-export async function startDaemon({ tcpPort, extraArgs = [] } = {}) {
+export async function startDaemon({ tcpPort, extraArgs = [], tls = false, clientOptions = {} } = {}) {
   const dir = privateDir('corral-node-daemon-');
   const socket = join(dir, 'corral.sock');
   const logPath = join(dir, 'daemon.log');
   const log = openSync(logPath, 'w');
   const listen = tcpPort ? `tcp:127.0.0.1:${tcpPort}` : `unix:${socket}`;
   // Plain TCP carries no caller identity; the daemon serves it only when told so explicitly.
-  const args = ['serve', '--listen', listen, ...(tcpPort ? ['--insecure-loopback-tcp'] : []), ...extraArgs];
+  const args = ['serve', '--listen', listen, ...(tcpPort && !tls ? ['--insecure-loopback-tcp'] : []), ...extraArgs];
   const proc = spawn(corralBin(), args, { stdio: ['ignore', 'ignore', log] });
   closeSync(log);
   const reap = () => proc.kill('SIGKILL');
@@ -101,7 +103,7 @@ export async function startDaemon({ tcpPort, extraArgs = [] } = {}) {
   }
   const address = tcpPort ? listen : `unix:${socket}`;
   for (;;) {
-    const probe = new Client(address);
+    const probe = new Client(address, clientOptions);
     try {
       await probe.waitForReady(1_000);
       break;

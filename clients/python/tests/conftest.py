@@ -80,7 +80,11 @@ def _remove_private_dirs() -> None:
 class Daemon:
     """A running `corral serve`; SIGTERMed and reaped by stop()."""
 
-    def __init__(self, listen: str | None = None, extra: tuple[str, ...] = ()):
+    def __init__(
+        self, listen: str | None = None, extra: tuple[str, ...] = (), client_kwargs: dict[str, Any] | None = None
+    ):
+        # client_kwargs: how to reach it when ready (TLS, a token).
+        self.client_kwargs = dict(client_kwargs or {})
         self.dir = private_dir("corral-pytest-daemon-")
         self.socket = self.dir / "corral.sock"
         self.listen = listen or f"unix:{self.socket}"
@@ -103,7 +107,7 @@ class Daemon:
                 raise RuntimeError(f"corral serve exited with {self.proc.returncode}:\n{log}")
             if not self.listen.startswith("unix:") or self.socket.exists():
                 try:
-                    with Client(self.target, timeout=2) as c:
+                    with Client(self.target, timeout=2, **self.client_kwargs) as c:
                         if c.health() == "SERVING":
                             return
                 except CorralError:

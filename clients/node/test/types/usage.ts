@@ -22,6 +22,9 @@ import {
 
 export async function use(address: string = defaultTarget()): Promise<void> {
   const client = new Client(address, { deadlineMs: 30_000 });
+  new Client('tcp:corral.example:7443', { tls: { rootCerts: Buffer.from('') }, token: 'secret' }).close();
+  // @ts-expect-error: a token is a string
+  new Client('tcp:corral.example:7443', { tls: true, token: 42 });
   await client.waitForReady(1_000);
   const health: string = await client.health();
   const caps = await client.capabilities();

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import socket
 import stat
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
@@ -18,7 +19,7 @@ import grpc
 
 from ._proto import corral_pb2 as pb
 from ._proto import corral_pb2_grpc as pb_grpc
-from .errors import PermissionDenied
+from .errors import CorralError, InvalidArgument, PermissionDenied, Unavailable
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -28,6 +29,8 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 SOCKET_ENV = "CORRAL_SOCKET"
 SYSTEM_SOCKET = "/run/corral/corral.sock"
+# Where the bearer token comes from when no token= is given, as for the corral CLI.
+TOKEN_ENV = "CORRAL_TOKEN"
 
 # The sandbox mode of a session opened without one: the safe one, the same in both clients.
 DEFAULT_MODE = "read-only"
@@ -134,6 +137,33 @@ def _read_file_path(value: bytes | str | None) -> bytes | None:
         return f.read()
 
 
+def _invalid(message: str) -> InvalidArgument:
+    return InvalidArgument(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def bearer_token(token: str | None, *, target: str, is_unix: bool, secure: bool) -> str | None:
+    """The token to send, by the ``corral`` CLI's rule (``src/client/cli.rs``, ``connect.rs``):
+    ``token`` if given, else ``$CORRAL_TOKEN``, for TCP targets only (``$CORRAL_TOKEN`` is ignored
+    for a Unix socket, where the kernel says who calls; an explicit token there is an error), and
+    only over TLS (a token over plain TCP is an error, wherever it came from)."""
+    if token and is_unix:
+        raise _invalid(
+            f"token= is for TCP targets (tcp:HOST:PORT); {target} is a Unix socket, where the kernel says who you are"
+        )
+    if not token and not is_unix:
+        token = os.environ.get(TOKEN_ENV) or None
+    if not token:
+        return None
+    if not secure:
+        raise _invalid(
+            f"a token (token= or ${TOKEN_ENV}) is only sent over TLS, and {target} is plain TCP: pass "
+            "root_certificates= (the CA that signed the daemon's certificate) or tls=True"
+        )
+    if not all(" " <= c <= "~" for c in token):
+        raise _invalid(f"the token (token= or ${TOKEN_ENV}) has characters a header cannot carry")
+    return token
+
+
 def channel_settings(
     target: str | os.PathLike[str] | None,
     *,
@@ -144,8 +174,11 @@ def channel_settings(
     credentials: grpc.ChannelCredentials | None,
     server_name: str | None,
     options: Sequence[tuple[str, Any]] | None,
+    token: str | None = None,
 ) -> tuple[str, grpc.ChannelCredentials | None, list[tuple[str, Any]]]:
-    """The gRPC target, credentials (None: insecure) and channel options of a client."""
+    """The gRPC target, credentials (None: insecure) and channel options of a client. A bearer
+    token (:func:`bearer_token`) rides on the credentials as ``authorization: Bearer TOKEN``."""
+    shown = os.fspath(target) if target is not None else default_target()
     target, is_unix = grpc_target(target)
     if is_unix:
         # Never talk to an impostor (the same rule as the corral CLI).
@@ -167,7 +200,45 @@ def channel_settings(
             private_key=_read_file_path(private_key),
             certificate_chain=_read_file_path(certificate_chain),
         )
+    token = bearer_token(token, target=shown, is_unix=is_unix, secure=credentials is not None)
+    if token is not None and credentials is not None:
+        credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
     return target, credentials, opts
+
+
+def unix_unreachable(target: str) -> str | None:
+    """Why the Unix socket of ``target`` (``unix:/path``) takes no connection — missing, refused,
+    … — in a sentence, or None when it does (or ``target`` is not a Unix socket)."""
+    if not target.startswith("unix:"):
+        return None
+    path = target[len("unix:") :]
+    hint = "is `corral serve` running? It prints the socket it listens on: pass that address or set $CORRAL_SOCKET"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+    except FileNotFoundError:
+        return f"cannot connect to {path}: no such socket ({hint})"
+    except ConnectionRefusedError:
+        return (
+            f"cannot connect to {path}: connection refused, nothing is listening there (a socket left "
+            f"behind by a daemon that is gone?); {hint}"
+        )
+    except OSError as e:
+        return f"cannot connect to {path}: {e.strerror or e} ({hint})"
+    finally:
+        s.close()
+    return None
+
+
+def explain(target: str, error: CorralError) -> CorralError:
+    """``error``, or for an UNAVAILABLE Unix socket that is missing or refuses connections, the
+    same error saying which (gRPC's own text says only ``failed to connect to all addresses``)."""
+    if isinstance(error, Unavailable):
+        why = unix_unreachable(target)
+        if why:
+            return Unavailable(error.code, why, error.details)
+    return error
 
 
 class Stubs:

@@ -107,6 +107,7 @@ class AsyncClient:
         timeout: float | None = None,
         metadata: Sequence[tuple[str, str]] | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
+        token: str | None = None,
     ):
         self.target, credentials, opts = _core.channel_settings(
             target,
@@ -117,6 +118,7 @@ class AsyncClient:
             credentials=credentials,
             server_name=server_name,
             options=options,
+            token=token,
         )
         if credentials is not None:
             self._channel = grpc.aio.secure_channel(self.target, credentials, options=opts)
@@ -144,7 +146,7 @@ class AsyncClient:
                 metadata=self.metadata or None,
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
 
     async def _unary_stream(
         self, service: str, method: str, request: Any, timeout: float | None
@@ -154,7 +156,7 @@ class AsyncClient:
             async for msg in call:
                 yield msg
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
         finally:
             call.cancel()  # a no-op once the call is over; stops it when the caller stops early
 
@@ -164,7 +166,7 @@ class AsyncClient:
                 requests, timeout=timeout, metadata=self.metadata or None
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
 
     async def close(self) -> None:
         """Closes the channel (sessions stay open on the daemon until closed or expired)."""
@@ -181,8 +183,9 @@ class AsyncClient:
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout)
         except asyncio.TimeoutError:
-            raise Unavailable(
-                grpc.StatusCode.UNAVAILABLE, f"corral at {self.target} did not answer in {timeout}s"
+            raise _core.explain(
+                self.target,
+                Unavailable(grpc.StatusCode.UNAVAILABLE, f"corral at {self.target} did not answer in {timeout}s"),
             ) from None
 
     # -- health and sessions ----------------------------------------------------------------

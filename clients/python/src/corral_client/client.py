@@ -39,6 +39,14 @@ class Client:
     ``root_certificates`` (and ``private_key`` + ``certificate_chain`` for a client certificate),
     as bytes or file paths, or ready-made ``credentials``.
 
+    ``token`` is a bearer token the daemon maps to a local user (its ``[[tokens]]``), sent as
+    ``authorization: Bearer TOKEN`` on every call; without it, ``$CORRAL_TOKEN``. As for the
+    ``corral`` CLI: for TCP targets only (``$CORRAL_TOKEN`` is ignored for a Unix socket, an explicit
+    token there raises :class:`InvalidArgument`) and only over TLS (a token over plain TCP raises
+    :class:`InvalidArgument`, wherever it came from).
+
+    A Unix socket that is missing or refuses connections is :class:`Unavailable` saying which.
+
     ``timeout`` is the default deadline in seconds of every unary call (None: no deadline).
     ``metadata`` is sent with every call (e.g. an authorization header of a proxy in front).
     Messages of up to 64 MiB (:data:`MAX_MESSAGE_BYTES`) are sent and received, instead of gRPC's
@@ -60,6 +68,7 @@ class Client:
         timeout: float | None = None,
         metadata: Sequence[tuple[str, str]] | None = None,
         options: Sequence[tuple[str, Any]] | None = None,
+        token: str | None = None,
     ):
         self.target, credentials, opts = _core.channel_settings(
             target,
@@ -70,6 +79,7 @@ class Client:
             credentials=credentials,
             server_name=server_name,
             options=options,
+            token=token,
         )
         if credentials is not None:
             self._channel = grpc.secure_channel(self.target, credentials, options=opts)
@@ -94,7 +104,7 @@ class Client:
         try:
             return getattr(getattr(self._stubs, service), method)(request, **self._kw(timeout))
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
 
     def _unary_stream(self, service: str, method: str, request: Any, timeout: float | None) -> Iterator[Any]:
         """The answers of a server-streaming call; its deadline is ``timeout`` only (a stream
@@ -105,7 +115,7 @@ class Client:
         try:
             yield from call
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
         finally:
             call.cancel()  # a no-op once the call is over; stops it when the caller stops early
 
@@ -116,7 +126,7 @@ class Client:
                 iter(requests), timeout=timeout, metadata=self.metadata or None
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
 
     def close(self) -> None:
         """Closes the channel (sessions stay open on the daemon until closed or expired)."""
@@ -133,8 +143,9 @@ class Client:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
-            raise Unavailable(
-                grpc.StatusCode.UNAVAILABLE, f"corral at {self.target} did not answer in {timeout}s"
+            raise _core.explain(
+                self.target,
+                Unavailable(grpc.StatusCode.UNAVAILABLE, f"corral at {self.target} did not answer in {timeout}s"),
             ) from None
 
     # -- health and sessions ----------------------------------------------------------------
@@ -314,7 +325,7 @@ class Client:
         try:
             call = self._stubs.tools.ShellStream(req, **self._kw(timeout))
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise _core.explain(self.target, from_rpc_error(e)) from None
         return ShellStream(call)
 
     # -- the bridge -------------------------------------------------------------------------
