@@ -205,7 +205,10 @@ export interface SessionSettings {
   networkAccess?: boolean;
   excludeTmpdirEnvVar?: boolean;
   excludeSlashTmp?: boolean;
-  /** The whole environment of commands (empty by default): give at least PATH. */
+  /**
+   * Merged over the daemon's default environment (HOME, USER, LOGNAME, SHELL from the user's
+   * passwd entry, a system PATH, LANG=C.UTF-8): an entry replaces that default, the others stay.
+   */
   env?: Record<string, string>;
   profile?: string;
   shellTool?: ShellToolName;

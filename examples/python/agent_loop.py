@@ -42,7 +42,7 @@ def responses_api(tools, env=os.environ):
 
 if __name__ == "__main__":
     with Client() as client:  # $CORRAL_SOCKET, else the per-user or the system daemon
-        env = {k: os.environ[k] for k in ("PATH", "HOME")}
-        with client.open_session(os.getcwd(), "workspace-write", env=env) as session:
+        # Commands get the daemon's default environment (HOME, USER, PATH, LANG…), not ours.
+        with client.open_session(os.getcwd(), "workspace-write") as session:
             final = run(responses_api(ResponsesAdapter(session).tools()), session, " ".join(sys.argv[1:]))[-1]
             print(json.dumps(final))

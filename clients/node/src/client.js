@@ -408,7 +408,9 @@ export class Client {
    *   applyPatchTool?: 'freeform'|'function'|'none', updatePlan?: boolean, viewImage?: boolean,
    *   noImageInput?: boolean, backgroundTerminalMaxTimeoutMs?: number,
    *   approvalPolicy?: 'untrusted'|'on-failure'|'on-request'|'never', approvalTimeoutMs?: number}} [settings]
-   *   `cwd` defaults to process.cwd(), `mode` to `read-only`; the environment is empty unless given.
+   *   `cwd` defaults to process.cwd(), `mode` to `read-only`; `env` is merged over the daemon's default
+   *   environment (HOME, USER, LOGNAME, SHELL from the user's passwd entry, a system PATH,
+   *   LANG=C.UTF-8), entry by entry.
    *   The tool set: `shellTool` (default unified exec, as in Codex), `applyPatchTool` (default
    *   freeform), `updatePlan`/`viewImage` (default offered; `false` leaves them out);
    *   `noImageInput`: the model takes no images (view_image answers Codex's refusal);
