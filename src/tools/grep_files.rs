@@ -737,7 +737,7 @@ mod tests {
                 p(d.path())
             )
         );
-        assert_eq!(e.kind, ErrorKind::Internal);
+        assert_eq!(e.kind, ErrorKind::FailedPrecondition);
     }
 
     // §4.6 test 9

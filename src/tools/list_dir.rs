@@ -437,7 +437,7 @@ mod tests {
             err.message,
             "failed to read directory: Not a directory (os error 20)"
         );
-        assert_eq!(err.kind, ErrorKind::Internal);
+        assert_eq!(err.kind, ErrorKind::FailedPrecondition);
     }
 
     // test 11
