@@ -3,7 +3,7 @@
     from corral_client import Client, ResponsesAdapter
 
     with Client("unix:/run/corral/corral.sock") as client:
-        with client.open_session("/path/to/repo", "workspace-write", env={"PATH": "/usr/bin:/bin"}) as s:
+        with client.open_session("/path/to/repo", "workspace-write") as s:
             print(s.read_file("README.md", limit=5).text)
             for chunk in s.processes.start(["make", "test"]).follow():  # a long-lived process
                 print(chunk.data.decode(), end="")

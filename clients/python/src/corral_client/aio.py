@@ -6,7 +6,7 @@ awaited.
 
     async def main():
         async with AsyncClient() as client:
-            async with await client.open_session(".", env={"PATH": "/usr/bin:/bin"}) as s:
+            async with await client.open_session(".") as s:
                 print((await s.read_file("README.md", limit=5)).text)
                 proc = await s.processes.start(["make", "test"])
                 async for chunk in proc.follow():
