@@ -1160,3 +1160,53 @@ async fn a_sandboxed_process_cannot_decide_approvals() {
     );
     assert!(!mark.exists(), "a sandboxed process approved a command");
 }
+
+/// H22: what a person approves is what runs. The red team's spoof — a command whose text
+/// carries `\r\x1b[2K  $ ls -la` to paint a harmless command over the real one — and a
+/// direction override in the reason are shown escaped on the CLI's terminal prompt; nothing of
+/// the model's text reaches the terminal as a control sequence. Answering no runs nothing.
+#[tokio::test]
+async fn the_cli_prompt_shows_hidden_characters_escaped() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let args = outside();
+    let file = args.path().join("args.json");
+    let spoof = "touch pwned\r\u{1b}[2K  $ ls -la";
+    std::fs::write(
+        &file,
+        json!({"command": ["bash", "-c", spoof],
+               "justification": "list files\u{202e}txt.exe"})
+        .to_string(),
+    )
+    .unwrap();
+    let cmd = format!(
+        "{} invoke shell @{} --socket {} --mode workspace-write --approval-policy untrusted \
+         --cwd {}",
+        common::CORRAL,
+        file.display(),
+        d.target(),
+        cwd.path().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"n\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(r"$ bash -c $'touch pwned\r\x1b[2K  $ ls -la'"),
+        "{shown:?}"
+    );
+    assert!(shown.contains(r"list files\u202etxt.exe"), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{202e}'),
+        "a control sequence reached the terminal: {shown:?}"
+    );
+    assert!(!cwd.path().join("pwned").exists());
+}

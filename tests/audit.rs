@@ -98,3 +98,100 @@ async fn every_call_is_one_json_line_and_sighup_reopens_the_file() {
         0o600
     );
 }
+
+/// H25: every command is in the audit log — Codex's default shell tool included: what ran
+/// (`exec_command`'s `cmd`), where (cwd, mode), how it ended (exit code) or the process id it
+/// still runs under; a `write_stdin` names its process and byte count, and the one that sees
+/// the exit writes the exit code. The typed Processes RPCs the same way.
+#[tokio::test]
+async fn every_command_is_audited_with_how_it_ended() {
+    let logs = outside();
+    let log = logs.path().join("audit.log");
+    let d = Daemon::start(&["--audit-log", log.to_str().unwrap()]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
+    let canonical = std::fs::canonicalize(cwd.path()).unwrap();
+    let last = || lines(&log).last().cloned().unwrap();
+
+    let (_, ok) = d
+        .invoke(&id, "exec_command", r#"{"cmd":"echo hi; exit 7"}"#)
+        .await;
+    assert!(ok);
+    let line = last();
+    assert_eq!(line["tool"], "exec_command");
+    assert_eq!(line["targets"], serde_json::json!(["echo hi; exit 7"]));
+    assert_eq!(line["exit_code"], 7, "{line}");
+    assert_eq!(line["mode"], "workspace-write");
+    assert_eq!(line["cwd"], canonical.to_str().unwrap(), "{line}");
+    assert!(line.get("process_id").is_none(), "{line}");
+
+    // A command that is still running: its process id, no exit code yet.
+    let (out, _) = d
+        .invoke(
+            &id,
+            "exec_command",
+            r#"{"cmd":"read line; echo got $line; exit 4","tty":true,"yield_time_ms":300}"#,
+        )
+        .await;
+    let line = last();
+    let pid = line["process_id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("a process id: {line}\n{out}"));
+    assert!(out.contains(&format!("session ID {pid}")), "{out}");
+    assert!(line["exit_code"].is_null(), "{line}");
+
+    // write_stdin: the process and the bytes written; the call that sees the exit has it.
+    let (out, _) = d
+        .invoke(
+            &id,
+            "write_stdin",
+            &serde_json::json!({"session_id": pid, "chars": "abc\n", "yield_time_ms": 2000})
+                .to_string(),
+        )
+        .await;
+    assert!(out.contains("got abc"), "{out}");
+    let line = last();
+    assert_eq!(line["tool"], "write_stdin");
+    assert_eq!(line["process_id"], pid, "{line}");
+    assert_eq!(line["input_bytes"], 4, "{line}");
+    assert_eq!(line["exit_code"], 4, "{line}");
+
+    // shell and shell_command through Invoke.
+    d.invoke(&id, "shell", r#"{"command":["bash","-c","exit 5"]}"#)
+        .await;
+    assert_eq!(last()["exit_code"], 5);
+    let id2 = d
+        .open_with(api::OpenSessionRequest {
+            cwd: cwd.path().to_string_lossy().into_owned(),
+            mode: SandboxMode::ReadOnly as i32,
+            shell_tool: api::ShellTool::ShellCommand as i32,
+            ..Default::default()
+        })
+        .await;
+    d.invoke(&id2, "shell_command", r#"{"command":"exit 6"}"#)
+        .await;
+    let line = last();
+    assert_eq!(
+        (line["exit_code"].clone(), line["mode"].clone()),
+        (6.into(), "read-only".into())
+    );
+
+    // A typed StartProcess: its argv and process id.
+    let started = d
+        .processes()
+        .await
+        .start_process(api::StartProcessRequest {
+            session_id: id.clone(),
+            command: Some(api::start_process_request::Command::Argv(api::Argv {
+                args: vec!["sleep".into(), "30".into()],
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let line = last();
+    assert_eq!(line["tool"], "process_start");
+    assert_eq!(line["targets"], serde_json::json!(["sleep", "30"]));
+    assert_eq!(line["process_id"], started.process_id, "{line}");
+}

@@ -20,6 +20,31 @@ pub struct InvokeOutcome {
     pub success: bool,
     /// When not empty, the function call output is these items rather than `output` (view_image).
     pub content_items: Vec<ContentItem>,
+    /// How the command the call ran (or wrote to) ended, for the caller and the audit log.
+    pub command: Option<CommandEnd>,
+}
+
+/// How a command ended: its exit code, or the process id it still runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommandEnd {
+    pub exit_code: Option<i32>,
+    pub process_id: Option<i32>,
+}
+
+impl CommandEnd {
+    fn exited(code: i32) -> Self {
+        Self {
+            exit_code: Some(code),
+            process_id: None,
+        }
+    }
+
+    fn of(out: &unified_exec::CallResult) -> Self {
+        Self {
+            exit_code: out.output.exit_code,
+            process_id: out.output.session_id,
+        }
+    }
 }
 
 /// One item of a function call output (Codex's `FunctionCallOutputContentItem`).
@@ -42,6 +67,7 @@ impl InvokeOutcome {
             output: err.message,
             success: false,
             content_items: Vec::new(),
+            command: None,
         }
     }
 }
@@ -59,6 +85,8 @@ pub fn is_shell_tool(name: &str) -> bool {
 /// Runs the tool `name` with the model's `arguments` (a JSON object for function calls, the raw
 /// input for freeform calls).
 pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) -> InvokeOutcome {
+    // Set by the calls that run or talk to a command.
+    let mut command = None;
     let result = match name {
         "read_file" => function_call(name, arguments, freeform, |args| {
             read_file::read_file(&ctx.cwd, &args).map(|out| (out.model_text(), true))
@@ -79,8 +107,8 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
             result.map(|out| (out.model_text(), true))
         }
         // Codex registers `container.exec` as an alias of `shell`.
-        "shell" | "container.exec" => shell_call(ctx, name, arguments, freeform),
-        "shell_command" => shell_command_call(ctx, name, arguments, freeform),
+        "shell" | "container.exec" => shell_call(ctx, name, arguments, freeform, &mut command),
+        "shell_command" => shell_command_call(ctx, name, arguments, freeform, &mut command),
         "exec_command" => function_call(
             name,
             arguments,
@@ -95,11 +123,17 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
                 ) {
                     return Ok((out.output, out.success));
                 }
-                unified_exec::exec_command(ctx, &args).map(|r| (r.model_text(), true))
+                unified_exec::exec_command(ctx, &args).map(|r| {
+                    command = Some(CommandEnd::of(&r));
+                    (r.model_text(), true)
+                })
             },
         ),
         "write_stdin" => function_call(name, arguments, freeform, |args| {
-            unified_exec::write_stdin(ctx, &args).map(|r| (r.model_text(), true))
+            unified_exec::write_stdin(ctx, &args).map(|r| {
+                command = Some(CommandEnd::of(&r));
+                (r.model_text(), true)
+            })
         }),
         // The plan is for the client (it has the arguments); the model gets `Plan updated`.
         "update_plan" => function_call(
@@ -117,6 +151,7 @@ pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) ->
             output,
             success,
             content_items: Vec::new(),
+            command,
         },
         Err(err) => InvokeOutcome::failed(err),
     }
@@ -145,6 +180,7 @@ fn view_image_call(
                 image_url: image.image_url,
                 detail: image.detail.map(str::to_string),
             }],
+            command: None,
         },
         Err(err) => InvokeOutcome::failed(err),
     }
@@ -156,6 +192,7 @@ fn shell_call(
     name: &str,
     arguments: &str,
     freeform: bool,
+    command: &mut Option<CommandEnd>,
 ) -> Result<(String, bool), ToolError> {
     if freeform {
         return Err(unsupported_payload("shell", name));
@@ -176,6 +213,7 @@ fn shell_call(
         &ctx.exec_context(),
     );
     let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;
+    *command = Some(CommandEnd::exited(outcome.exit_code));
     let text = shell::shell_output_text(&outcome, TruncationPolicy::default());
     Ok((text, outcome.success()))
 }
@@ -186,6 +224,7 @@ fn shell_command_call(
     name: &str,
     arguments: &str,
     freeform: bool,
+    command: &mut Option<CommandEnd>,
 ) -> Result<(String, bool), ToolError> {
     if freeform {
         return Err(unsupported_payload("shell_command", name));
@@ -209,6 +248,7 @@ fn shell_command_call(
         &ctx.exec_context(),
     );
     let outcome = ctx.runner.run(&req, &mut |_| {}, &ctx.cancel)?;
+    *command = Some(CommandEnd::exited(outcome.exit_code));
     let text = shell::shell_command_output_text(&outcome, TruncationPolicy::default());
     Ok((text, outcome.success()))
 }
@@ -253,6 +293,7 @@ pub fn intercept_apply_patch(
                 output: IMPLICIT_INVOCATION_ERROR.to_string(),
                 success: false,
                 content_items: Vec::new(),
+                command: None,
             });
         }
         Invocation::Patch { patch, workdir } => (patch, workdir),
@@ -273,10 +314,12 @@ pub fn intercept_apply_patch(
         match apply_patch::apply_patch_for_model(&patch, &patch_ctx) {
             Ok(mut out) => {
                 out.warnings.push(interception_warning(tool));
+                // Applied as a patch: no command ran.
                 InvokeOutcome {
                     output: out.model_text(),
                     success: true,
                     content_items: Vec::new(),
+                    command: None,
                 }
             }
             Err(err) => InvokeOutcome::failed(err),
@@ -350,6 +393,7 @@ mod tests {
                 output: "L2: beta\nL3: gamma".into(),
                 success: true,
                 content_items: vec![],
+                command: None,
             }
         );
     }

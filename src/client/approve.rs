@@ -110,7 +110,58 @@ async fn decide(
         .map_err(|e| format!("asking for approval failed: {e}"))?
 }
 
-/// What the user is asked about.
+/// The most of one field (a command, a reason) a prompt shows; the rest is cut with a note.
+const SHOWN_CHARS: usize = 2000;
+
+/// Whether `c` must not reach the terminal as itself: control characters (escape sequences
+/// start with one, CR rewrites the line), and the invisible or direction-changing characters
+/// that make text read differently from what runs (spec/sandbox.md H22).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// `c` as bash's `$'…'` writes it: `\n`, `\x1b`, `\u202e`.
+fn escaped(c: char) -> String {
+    match c {
+        '\n' => "\\n".into(),
+        '\r' => "\\r".into(),
+        '\t' => "\\t".into(),
+        c if (c as u32) < 0x80 => format!("\\x{:02x}", c as u32),
+        c => format!("\\u{:04x}", c as u32),
+    }
+}
+
+/// Model text for a prompt: hidden characters escaped, one line, at most [`SHOWN_CHARS`].
+fn visible(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == SHOWN_CHARS {
+            let rest = text.chars().count() - i;
+            out.push_str(&format!("… [{rest} more characters not shown]"));
+            break;
+        }
+        if hidden(c) {
+            out.push_str(&escaped(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What the user is asked about. Every field is the model's (or the command's) text and is
+/// shown with nothing hidden: what the user approves is what runs.
 fn describe(request: &api::ApprovalRequest) -> String {
     let what = match api::ApprovalKind::try_from(request.kind) {
         Ok(api::ApprovalKind::RetryUnsandboxed) => "run again WITHOUT the sandbox",
@@ -119,19 +170,35 @@ fn describe(request: &api::ApprovalRequest) -> String {
     };
     let mut text = format!(
         "approve this command to {what}?\n  $ {}\n  in {}",
-        shell_words(&request.command),
-        request.cwd
+        visible_words(&shell_words(&request.command)),
+        visible(&request.cwd)
     );
     if !request.reason.is_empty() {
-        text.push_str(&format!("\n  reason: {}", request.reason));
+        text.push_str(&format!("\n  reason: {}", visible(&request.reason)));
     }
     if !request.justification.is_empty() {
-        text.push_str(&format!("\n  justification: {}", request.justification));
+        text.push_str(&format!(
+            "\n  justification: {}",
+            visible(&request.justification)
+        ));
     }
     text
 }
 
-/// The argv as a shell would read it (single-quoted where needed).
+/// The shell words cut to [`SHOWN_CHARS`] with a note, as [`visible`] cuts text.
+fn visible_words(words: &str) -> String {
+    match words.char_indices().nth(SHOWN_CHARS) {
+        Some((at, _)) => format!(
+            "{}… [{} more characters not shown]",
+            &words[..at],
+            words.chars().count() - SHOWN_CHARS
+        ),
+        None => words.to_string(),
+    }
+}
+
+/// The argv as a shell would read it: single-quoted where needed, and `$'…'` with escapes
+/// where a word holds a hidden character (an escape sequence, CR, a direction override).
 fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
@@ -140,6 +207,18 @@ fn shell_words(argv: &[String]) -> String {
                     .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
             if plain {
                 a.clone()
+            } else if a.chars().any(hidden) {
+                let mut word = String::from("$'");
+                for c in a.chars() {
+                    match c {
+                        '\\' => word.push_str("\\\\"),
+                        '\'' => word.push_str("\\'"),
+                        c if hidden(c) => word.push_str(&escaped(c)),
+                        c => word.push(c),
+                    }
+                }
+                word.push('\'');
+                word
             } else {
                 format!("'{}'", a.replace('\'', r"'\''"))
             }
@@ -210,5 +289,51 @@ mod tests {
             "approve this command to run again WITHOUT the sandbox?\n  $ touch /x\n  in /w\n  \
              reason: command failed; retry without sandbox?"
         );
+    }
+
+    /// H22: the red team's spoof (`\r\x1b[2K  $ ls -la` hiding the real command) and its
+    /// variants show every hidden character escaped, on one line per field, cut when long.
+    #[test]
+    fn hidden_characters_are_shown_escaped() {
+        let spoof = "touch /tmp/pwned\r\x1b[2K  $ ls -la";
+        assert_eq!(
+            shell_words(&["bash".into(), "-c".into(), spoof.into()]),
+            r"bash -c $'touch /tmp/pwned\r\x1b[2K  $ ls -la'"
+        );
+        // Bidirectional overrides and zero-width characters, quotes and backslashes.
+        assert_eq!(
+            shell_words(&["echo".into(), "a\u{202e}b\u{200b}'\\".into()]),
+            r"echo $'a\u202eb\u200b\'\\'"
+        );
+        let shown = describe(&api::ApprovalRequest {
+            command: vec!["rm".into(), "-rf".into(), "x".into()],
+            cwd: "/w\n  in /elsewhere".into(),
+            reason: "fine\r\x1b[1A\x1b[2Kreason: harmless".into(),
+            justification: "\u{2066}ok\u{2069}\n".into(),
+            ..Default::default()
+        });
+        assert_eq!(shown.lines().count(), 5, "{shown}");
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c == '\r' || c == '\x1b' || c == '\u{2066}')
+        );
+        assert!(shown.contains(r"in /w\n  in /elsewhere"), "{shown}");
+        assert!(
+            shown.contains(r"reason: fine\r\x1b[1A\x1b[2Kreason: harmless"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(r"justification: \u2066ok\u2069\n"),
+            "{shown}"
+        );
+        // Long text is cut, saying so.
+        let long = describe(&api::ApprovalRequest {
+            command: vec!["echo".into(), "y".repeat(5000)],
+            reason: "z".repeat(5000),
+            ..Default::default()
+        });
+        assert!(long.contains("more characters not shown"), "{long}");
+        assert!(long.len() < 4600, "{}", long.len());
     }
 }

@@ -40,6 +40,9 @@ pub struct Record<'a> {
     pub tool: &'a str,
     /// The argv of a command, or the paths a call named. Never file contents.
     pub targets: Vec<String>,
+    /// The session's working directory (where a command starts unless it names a workdir).
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub cwd: &'a str,
     pub mode: &'a str,
     pub escalated: bool,
     /// `ok`, `failed` (the tool reported failure), `denied` (sandbox denial), `timed_out`,
@@ -48,6 +51,14 @@ pub struct Record<'a> {
     /// time), or the gRPC code of an error (`NOT_FOUND`, `PERMISSION_DENIED`, …).
     pub outcome: String,
     pub exit_code: Option<i32>,
+    /// A command still running when the call ended: the process id it is kept under (an
+    /// `exec_command` that yielded, a `write_stdin`, a started process). Its exit is on the
+    /// line of the call that sees it (`exit_code` with this id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<i32>,
+    /// Bytes written to a running process's stdin (`write_stdin`, WriteProcess).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_bytes: Option<usize>,
     pub duration_ms: u128,
     pub bytes_in: usize,
     pub bytes_out: usize,
@@ -138,6 +149,7 @@ impl Audit {
             return;
         }
         let (tool, targets) = describe(done.call);
+        let (written_to, input_bytes) = stdin_of(done.call).unzip();
         self.write(&Record {
             time: rfc3339(SystemTime::now()),
             uid: done.caller.uid,
@@ -146,10 +158,13 @@ impl Audit {
             session: done.session,
             tool: &tool,
             targets,
+            cwd: done.cwd,
             mode: done.mode,
             escalated: done.escalated,
             outcome: done.outcome.name.clone(),
             exit_code: done.outcome.exit_code,
+            process_id: done.outcome.process_id.or(written_to),
+            input_bytes,
             duration_ms: done.duration.as_millis(),
             bytes_in: done.bytes_in,
             bytes_out: done.outcome.bytes_out,
@@ -187,10 +202,13 @@ impl Audit {
             session,
             tool: "decide_approval",
             targets: Vec::new(),
+            cwd: "",
             mode: "",
             escalated: false,
             outcome: code_name(code),
             exit_code: None,
+            process_id: None,
+            input_bytes: None,
             duration_ms: 0,
             bytes_in: 0,
             bytes_out: 0,
@@ -207,8 +225,9 @@ pub struct Finished<'a> {
     /// `token:NAME` or `cert:NAME` for authenticated TCP.
     pub credential: Option<String>,
     pub session: &'a str,
-    /// The mode the call ran in (empty if it never reached a session).
+    /// The mode the call ran in and the session's cwd (empty if it never reached a session).
     pub mode: &'a str,
+    pub cwd: &'a str,
     pub call: &'a Call,
     pub escalated: bool,
     pub outcome: &'a Outcome,
@@ -224,20 +243,15 @@ pub struct Outcome {
     /// policy refused, answered to the model), or the gRPC code's name.
     pub name: String,
     pub exit_code: Option<i32>,
+    /// The process a command left running (see [`Record::process_id`]).
+    pub process_id: Option<i32>,
     pub bytes_out: usize,
 }
 
 impl Outcome {
     pub fn of(result: &Result<Reply, tonic::Status>) -> Outcome {
         match result {
-            Ok(reply) => {
-                let (name, exit_code, bytes_out) = outcome_of(reply);
-                Outcome {
-                    name,
-                    exit_code,
-                    bytes_out,
-                }
-            }
+            Ok(reply) => outcome_of(reply),
             Err(status) => Outcome::code(status.code()),
         }
     }
@@ -246,6 +260,7 @@ impl Outcome {
         Outcome {
             name: code_name(code),
             exit_code: None,
+            process_id: None,
             bytes_out: 0,
         }
     }
@@ -261,6 +276,7 @@ impl Outcome {
         Outcome {
             name: name.into(),
             exit_code: None,
+            process_id: None,
             bytes_out,
         }
     }
@@ -390,11 +406,33 @@ fn invoke_targets(r: &api::InvokeRequest) -> Vec<String> {
             _ => Vec::new(),
         }
     };
-    ["command", "file_path", "dir_path", "path"]
+    // `cmd`: exec_command's script.
+    ["command", "cmd", "file_path", "dir_path", "path"]
         .iter()
         .filter_map(|k| args.get(*k))
         .flat_map(strings)
         .collect()
+}
+
+/// The process a call writes to and how many bytes: `write_stdin` (its `session_id` and
+/// `chars`) and WriteProcess.
+fn stdin_of(call: &Call) -> Option<(i32, usize)> {
+    match call {
+        Call::Invoke(r) if r.name == "write_stdin" => {
+            let args: serde_json::Value = serde_json::from_str(&r.arguments).ok()?;
+            let id = i32::try_from(args.get("session_id")?.as_i64()?).ok()?;
+            let bytes = args
+                .get("chars")
+                .and_then(|c| c.as_str())
+                .map_or(0, str::len);
+            Some((id, bytes))
+        }
+        Call::Process(p) => match &p.op {
+            Some(crate::wire::process_call::Op::Write(w)) => Some((w.process_id, w.data.len())),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The encoded size of a call's request (the audit's bytes in).
@@ -413,7 +451,7 @@ pub fn call_len(call: &Call) -> usize {
     }
 }
 
-fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
+fn outcome_of(reply: &Reply) -> Outcome {
     let bytes = match reply {
         Reply::ReadFile(r) => r.encoded_len(),
         Reply::ListDir(r) => r.encoded_len(),
@@ -426,9 +464,15 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
         Reply::Files(r) => r.encoded_len(),
         _ => 0,
     };
+    let outcome = |name: &str, exit_code, process_id| Outcome {
+        name: name.into(),
+        exit_code,
+        process_id,
+        bytes_out: bytes,
+    };
     match reply {
         Reply::Shell(r) => {
-            let outcome = if r.timed_out {
+            let name = if r.timed_out {
                 "timed_out"
             } else if r.sandbox_denied {
                 "denied"
@@ -437,14 +481,18 @@ fn outcome_of(reply: &Reply) -> (String, Option<i32>, usize) {
             } else {
                 "failed"
             };
-            (outcome.into(), Some(r.exit_code), bytes)
+            outcome(name, Some(r.exit_code), None)
         }
-        Reply::Invoke(r) => (
-            (if r.success { "ok" } else { "failed" }).into(),
-            None,
-            bytes,
+        // H25: how the model's command ended, or the process it left running.
+        Reply::Invoke(r) => outcome(
+            if r.success { "ok" } else { "failed" },
+            r.command.and_then(|c| c.exit_code),
+            r.command.and_then(|c| c.process_id),
         ),
-        _ => ("ok".into(), None, bytes),
+        Reply::Process(crate::wire::ProcessReply {
+            op: Some(crate::wire::process_reply::Op::Start(r)),
+        }) if r.process_id != 0 => outcome("ok", None, Some(r.process_id)),
+        _ => outcome("ok", None, None),
     }
 }
 

@@ -102,10 +102,20 @@ pub(super) struct Trace {
     pub(super) bytes_in: usize,
     started: Instant,
     mode: String,
+    /// The session's working directory, once the call reached its session.
+    cwd: String,
     escalated: bool,
     /// The approval this call asked for, or was approved by.
     approval: Option<ApprovalNote>,
     _in_flight: CallGuard,
+}
+
+impl Trace {
+    /// The session the call reached: its mode and cwd go on the audit line.
+    pub(super) fn place(&mut self, session: &Session) {
+        self.mode = session.mode.as_str().to_string();
+        self.cwd = session.cwd.to_string_lossy().into_owned();
+    }
 }
 
 /// What the policy checks granted: the session, whether the call runs escalated, and the
@@ -142,6 +152,7 @@ impl CorralService {
             bytes_in: audit::call_len(call),
             started: Instant::now(),
             mode: String::new(),
+            cwd: String::new(),
             escalated: false,
             approval: None,
         }
@@ -167,7 +178,7 @@ impl CorralService {
         let session = self
             .session(&trace.session_id, trace.caller)
             .map_err(Refused::Status)?;
-        trace.mode = session.mode.as_str().to_string();
+        trace.place(&session);
         // A model's call of a tool outside the session's set is Codex's `unsupported call:
         // NAME`; nothing runs.
         if let Call::Invoke(r) = call
@@ -272,6 +283,7 @@ impl CorralService {
                 credential: trace.caller.credential.and_then(|i| self.auth.name(i)),
                 session: &trace.session_id,
                 mode: &trace.mode,
+                cwd: &trace.cwd,
                 call,
                 escalated: trace.escalated,
                 outcome,
@@ -412,7 +424,7 @@ impl CorralService {
             }
             if let Some(parked) = session.approvals.expire(&id) {
                 let mut trace = service.trace(parked.caller, &session.id, &parked.call);
-                trace.mode = session.mode.as_str().to_string();
+                trace.place(&session);
                 trace.approval = Some(ApprovalNote {
                     id,
                     kind: parked.kind.audit_name(),
@@ -1152,7 +1164,7 @@ impl Bridge for CorralService {
         };
         // The decision's own audit line; an approved call then has its run's line too.
         let mut trace = self.trace(caller, &session.id, &parked.call);
-        trace.mode = session.mode.as_str().to_string();
+        trace.place(&session);
         trace.approval = Some(note.clone());
         let refusal = match parked.call {
             Call::Invoke(_) => Refusal::ToModel,

@@ -290,6 +290,10 @@ fn guarded_invoke(
             None
         };
     let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
+    let command = out.command.map(|c| api::CommandEnd {
+        exit_code: c.exit_code,
+        process_id: c.process_id,
+    });
     let (output, success, items) = match runner.guard_finish(call) {
         Some(lines) => (format!("patch rejected: {lines}"), false, Vec::new()),
         None => (out.output, out.success, out.content_items),
@@ -300,6 +304,7 @@ fn guarded_invoke(
         success,
         content_items: items.into_iter().map(content_item).collect(),
         approval: None,
+        command,
     }))
 }
 
