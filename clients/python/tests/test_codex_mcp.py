@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import unicodedata
 import uuid
 from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,11 +21,12 @@ from typing import Any
 
 import pytest
 from conftest import session_env
-from corral_client import Client, NotFound
+from corral_client import Client, NotFound, pb
 from corral_client.codex_mcp import (
     DEFAULT_INSTRUCTIONS,
     Conversation,
     ToolCallError,
+    approval_message,
     parse_codex_arguments,
     parse_reply_arguments,
 )
@@ -133,6 +135,44 @@ def test_the_server_explains_a_missing_mcp_package(tmp_path):
     )
     assert proc.returncode == 2
     assert "pip install 'corral-client[mcp]'" in proc.stderr
+
+
+def hidden_in(text: str) -> list[str]:
+    """Characters of ``text`` that would reach the user as themselves but must not (H22): control
+    characters other than the message's own paragraph breaks, and the invisible or
+    direction-changing ones."""
+    invisible = {0x00AD, 0x061C, 0x180E, 0xFEFF, *range(0x200B, 0x2010), *range(0x2028, 0x202F)}
+    invisible |= {*range(0x2060, 0x2065), *range(0x2066, 0x206A)}
+    return [c for c in text.replace("\n\n", "") if unicodedata.category(c) == "Cc" or ord(c) in invisible]
+
+
+SPOOF = "touch pwned\r\x1b[2K  $ ls -la"
+
+
+def test_the_approval_message_shows_hidden_characters_escaped():
+    request = pb.ApprovalRequest(
+        command=["bash", "-lc", SPOOF],
+        cwd="/w\n  in /elsewhere",
+        reason="fine\r\x1b[1A\x1b[2Kreason: harmless",
+        justification="cleanup of \u202eexe.txt\u202c \u2066ok\u2069 it's \\ fine\n",
+    )
+    message = approval_message(request)
+    assert not hidden_in(message), repr(message)
+    assert message == (
+        r"Allow Codex to run `bash -lc $'touch pwned\r\x1b[2K  $ ls -la'` in `/w\n  in /elsewhere`?"
+        "\n\n"
+        r"fine\r\x1b[1A\x1b[2Kreason: harmless"
+        "\n\n"
+        r"The model says: cleanup of \u202eexe.txt\u202c \u2066ok\u2069 it's \ fine\n"
+    )
+    # No reason or justification: no paragraph for them; plain commands read as before.
+    plain = approval_message(pb.ApprovalRequest(command=["bash", "-lc", "touch a.txt"], cwd="/w"))
+    assert plain == "Allow Codex to run `bash -lc 'touch a.txt'` in `/w`?"
+    # Long text is cut with a note, field by field.
+    long = approval_message(
+        pb.ApprovalRequest(command=["echo", "y" * 5000], cwd="/w", reason="z" * 5000, justification="j" * 3000)
+    )
+    assert long.count("more characters not shown") == 3 and len(long) < 6300, len(long)
 
 
 # -- end to end -----------------------------------------------------------------------------
@@ -734,6 +774,40 @@ def test_approvals_are_asked_through_elicitation(daemon, model, workspace, tmp_p
     outputs = [i for i in mock.bodies()[-1]["input"] if i.get("type") == "function_call_output"]
     assert "Process exited with code 0" in outputs[0]["output"]
     assert outputs[1]["output"] == REJECTED
+
+
+def test_an_elicitation_shows_a_spoofed_command_escaped(daemon, model, workspace, tmp_path):
+    """The red team's spoof (A02) through the whole front: the host's dialog gets the command with
+    CR and the escape sequence written out, the justification's direction override escaped;
+    ``_meta`` keeps the raw argv for the host's own use."""
+    justification = "tidy up \u202etxt.exe\u202c"
+    mock = model(
+        [
+            response(function_call("exec_command", {"cmd": SPOOF, "justification": justification}, "c1")),
+            response(message("refused")),
+        ]
+    )
+    asked: list[types.ElicitRequestFormParams] = []
+
+    async def on_elicit(context, params):
+        asked.append(params)
+        return types.ElicitResult(action="decline")
+
+    async def body(session: ClientSession):
+        return await session.call_tool(
+            "codex",
+            {"prompt": "p", "cwd": str(workspace), "sandbox": "workspace-write", "approval-policy": "untrusted"},
+        )
+
+    result = run_server(daemon, mock, body, tmp_path, elicitation_callback=on_elicit)
+    assert text_of(result) == "refused", result
+    assert not (workspace / "pwned").exists()
+    assert len(asked) == 1
+    shown = asked[0].message
+    assert not hidden_in(shown), repr(shown)
+    assert r"$'touch pwned\r\x1b[2K  $ ls -la'" in shown, shown
+    assert r"The model says: tidy up \u202etxt.exe\u202c" in shown, shown
+    assert asked[0].meta["codex_command"][-1] == SPOOF  # data, not display: raw
 
 
 def test_an_approval_for_session_is_asked_once(daemon, model, workspace, tmp_path):

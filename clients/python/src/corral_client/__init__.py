@@ -11,12 +11,15 @@
             adapter = ResponsesAdapter(s)   # tools() for the request, handle(item) for each call
 
 The same on ``asyncio``: ``corral_client.aio.AsyncClient``. The protobuf messages are in
-``corral_client.pb`` (``corral.v1``).
+``corral_client.pb`` (``corral.v1``). ``visible_command(argv)`` and ``visible_text(text)`` show
+a command and the model's text in an approval prompt with hidden characters escaped.
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from ._visible import visible_command, visible_text
 
 try:
     from ._proto import corral_pb2 as pb
@@ -106,4 +109,6 @@ __all__ = [
     "Unknown",
     "default_target",
     "pb",
+    "visible_command",
+    "visible_text",
 ]

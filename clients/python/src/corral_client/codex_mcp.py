@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -37,6 +36,7 @@ from typing import Any
 
 from . import __version__
 from ._proto import corral_pb2 as pb
+from ._visible import visible_command, visible_text
 from .adapters import ChatCompletionsAdapter, ResponsesAdapter
 from .client import Client, Session
 from .errors import CorralError
@@ -374,6 +374,19 @@ def parse_reply_arguments(arguments: Mapping[str, Any] | None) -> tuple[str, str
 
 
 # -- a conversation -------------------------------------------------------------------------
+
+
+def approval_message(request: pb.ApprovalRequest) -> str:
+    """The elicitation's text for an approval request. The command, directory, reason and
+    justification are the model's text: hidden characters (control, escape sequences,
+    direction-changing and invisible ones) are shown escaped and each is cut with a note, so what
+    the user approves is what runs (spec/sandbox.md H22). ``_meta`` keeps the raw values."""
+    message = f"Allow Codex to run `{visible_command(request.command)}` in `{visible_text(request.cwd)}`?"
+    if request.reason:
+        message += f"\n\n{visible_text(request.reason)}"
+    if request.justification:
+        message += f"\n\nThe model says: {visible_text(request.justification)}"
+    return message
 
 
 def _decision(result: Any) -> str:
@@ -741,18 +754,11 @@ class _McpFront:
         types = self.types
         if cancel.is_set():
             return "denied"
+        command = visible_command(request.command)  # the log shows it as the prompt does
         if not self._can_elicit(ctx):
-            log.info(
-                "approval for `%s` denied: the MCP client does not support elicitation",
-                shlex.join(request.command),
-            )
+            log.info("approval for `%s` denied: the MCP client does not support elicitation", command)
             return "denied"
-        command = shlex.join(request.command)
-        message = f"Allow Codex to run `{command}` in `{request.cwd}`?"
-        if request.reason:
-            message += f"\n\n{request.reason}"
-        if request.justification:
-            message += f"\n\nThe model says: {request.justification}"
+        message = approval_message(request)
         schema = {
             "type": "object",
             "properties": {
