@@ -488,3 +488,177 @@ fn check_try_results(line: &str, results: Vec<(i32, String, String)>) {
     assert_eq!(*code, 0, "{line}: {err}");
     assert!(out.contains("marker.txt"), "{line}: {out}");
 }
+
+/// H19: a TCP credential alone never buys danger-full-access or escalation — a sandbox with
+/// the network on can read the files its user keeps a token or client key in (red team finding
+/// 2) — unless the operator's mapping for that credential says `allow_danger_full_access`. A
+/// danger-full-access session opened by a credential that may does not become usable (nor
+/// listed) through one that may not. And the sandbox cannot read `~/.config/corral`.
+#[tokio::test]
+async fn a_tcp_credential_gets_danger_full_access_only_where_its_mapping_says_so() {
+    let pki = outside();
+    let p = pki.path().to_path_buf();
+    make_pki(&p);
+    let (ci, admin) = (
+        corral::daemon::auth::token_hash("token-ci"),
+        corral::daemon::auth::token_hash("token-admin"),
+    );
+    // Root may have danger-full-access at all (root_callers = trusted): what is tested is the
+    // credential's mapping.
+    let config = format!(
+        "root_callers = \"trusted\"\n\
+         [tls]\ncert = \"{0}/server.pem\"\nkey = \"{0}/server.key\"\nclient_ca = \"{0}/ca.pem\"\n\
+         [[tls.clients]]\nname = \"alice\"\nuser = \"root\"\n\
+         [[tokens]]\nname = \"ci\"\nsha256 = \"{ci}\"\nuser = \"root\"\n\
+         [[tokens]]\nname = \"admin\"\nsha256 = \"{admin}\"\nuser = \"root\"\n\
+         allow_danger_full_access = true\n",
+        p.display()
+    );
+    let d = serve(pki, &config).await;
+    let cwd = scratch();
+    let open_mode = |token: &'static str, mode: api::SandboxMode| {
+        let d = &d;
+        let cwd = cwd.path().display().to_string();
+        async move {
+            let ch = channel(d, None, "ca").await.unwrap();
+            let mut req = tonic::Request::new(api::OpenSessionRequest {
+                cwd,
+                mode: mode as i32,
+                ..Default::default()
+            });
+            req.metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            SessionsClient::new(ch)
+                .open_session(req)
+                .await
+                .map(|r| r.into_inner().session_id)
+        }
+    };
+    // Baseline: the token the operator allowed gets danger-full-access.
+    let dfa = open_mode("token-admin", api::SandboxMode::DangerFullAccess)
+        .await
+        .expect("allowed by its mapping");
+    // The ordinary token: sandboxed modes yes, danger-full-access no, saying how to allow it.
+    open_mode("token-ci", api::SandboxMode::WorkspaceWrite)
+        .await
+        .unwrap();
+    let e = open_mode("token-ci", api::SandboxMode::DangerFullAccess)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("allow_danger_full_access"), "{e:?}");
+    // Variant: a client certificate whose mapping does not allow it.
+    let alice = channel(&d, Some("alice"), "ca").await.unwrap();
+    let e = SessionsClient::new(alice)
+        .open_session(api::OpenSessionRequest {
+            cwd: cwd.path().display().to_string(),
+            mode: api::SandboxMode::DangerFullAccess as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    // Variant: the ordinary token cannot use (or see) the admin's danger-full-access session,
+    // though both map to the same user.
+    let anon = channel(&d, None, "ca").await.unwrap();
+    let with = |token: &str, mut req: tonic::Request<api::ShellRequest>| {
+        req.metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        req
+    };
+    let shell = |token: &str| {
+        with(
+            token,
+            tonic::Request::new(api::ShellRequest {
+                session_id: dfa.clone(),
+                command: vec!["true".into()],
+                ..Default::default()
+            }),
+        )
+    };
+    let e = corral::api::tools_client::ToolsClient::new(anon.clone())
+        .shell(shell("token-ci"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let ran = corral::api::tools_client::ToolsClient::new(anon.clone())
+        .shell(shell("token-admin"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ran.exit_code, 0);
+    let listed = |token: &str| {
+        let mut req = tonic::Request::new(api::ListSessionsRequest {});
+        req.metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        let anon = anon.clone();
+        async move {
+            SessionsClient::new(anon)
+                .list_sessions(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .sessions
+                .into_iter()
+                .map(|s| s.session_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(listed("token-admin").await.contains(&dfa));
+    assert!(!listed("token-ci").await.contains(&dfa));
+}
+
+/// H19: a sandboxed command cannot read the credentials its user keeps for corral's clients
+/// (`~/.config/corral`); the rest of the home stays readable.
+#[tokio::test]
+async fn the_users_corral_credentials_are_masked_in_the_sandbox() {
+    let user = common::TestUser::create("h19cred");
+    let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(user.uid))
+        .unwrap()
+        .unwrap()
+        .dir;
+    // useradd --no-create-home: make the home and a token file in it, as the user would.
+    let conf = home.join(".config/corral");
+    std::fs::create_dir_all(&conf).unwrap();
+    std::fs::write(conf.join("token"), "SECRET-TOKEN").unwrap();
+    std::fs::write(home.join("notes.txt"), "readable").unwrap();
+    common::host_sh(&format!(
+        "chown -R {0}:{1} '{2}' && chmod 700 '{2}'",
+        user.uid,
+        user.gid,
+        home.display()
+    ));
+    let d = common::Daemon::start(&[]).await;
+    let socket = d.open_to_local_users();
+    let (code, out, err) = user.corral(
+        &socket,
+        &[
+            "exec",
+            "--cwd",
+            &user.dir.display().to_string(),
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "cat {0}/notes.txt; cat {0}/.config/corral/token; ls -A {0}/.config/corral",
+                home.display()
+            ),
+        ],
+    );
+    assert!(out.contains("readable"), "{code} {out} {err}");
+    assert!(!out.contains("SECRET-TOKEN"), "{out}");
+    // Baseline: the same user outside the sandbox reads it.
+    let (_, host) = common::host_sh(&format!(
+        "setpriv --reuid {0} --regid {1} --clear-groups cat '{2}/token'",
+        user.uid,
+        user.gid,
+        conf.display()
+    ));
+    assert_eq!(host, "SECRET-TOKEN");
+    // The file is still there on the host.
+    assert_eq!(
+        std::fs::read_to_string(conf.join("token")).unwrap(),
+        "SECRET-TOKEN"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -730,6 +730,7 @@ mod tests {
                 gid: 1,
                 pid: None,
                 credential: None,
+                credential_sandboxed_only: false,
             },
             expires,
         }

@@ -31,6 +31,11 @@ pub struct TlsConfig {
 pub struct ClientMapping {
     pub name: String,
     pub user: String,
+    /// May this credential open danger-full-access sessions and have calls escalated (H19)?
+    /// The daemon cannot see a TCP caller's process, and a sandbox can read the files its user
+    /// keeps credentials in: by default a credential alone buys only sandboxed sessions.
+    #[serde(default)]
+    pub allow_danger_full_access: bool,
 }
 
 /// A bearer token: its SHA-256 (hex) and the local user it acts as.
@@ -41,6 +46,9 @@ pub struct TokenConfig {
     pub name: String,
     pub sha256: String,
     pub user: String,
+    /// As for [`ClientMapping::allow_danger_full_access`].
+    #[serde(default)]
+    pub allow_danger_full_access: bool,
 }
 
 /// The credentials a TCP caller may present.
@@ -56,6 +64,8 @@ pub struct Principal {
     pub user: String,
     /// `token:NAME` or `cert:NAME`.
     pub credential: String,
+    /// The mapping allows danger-full-access and escalation.
+    pub full_access: bool,
 }
 
 fn unauthenticated() -> Status {
@@ -117,6 +127,7 @@ impl Credentials {
                 .map(|t| Principal {
                     user: t.user.clone(),
                     credential: format!("token:{}", t.name),
+                    full_access: t.allow_danger_full_access,
                 })
                 .ok_or_else(unauthenticated);
         }
@@ -129,6 +140,7 @@ impl Credentials {
             .map(|m| Principal {
                 user: m.user.clone(),
                 credential: format!("cert:{}", m.name),
+                full_access: m.allow_danger_full_access,
             })
             .ok_or_else(unauthenticated)
     }
@@ -168,13 +180,17 @@ mod tests {
                 name: "ci".into(),
                 sha256: token_hash("s3cret"),
                 user: "root".into(),
+                allow_danger_full_access: false,
             }],
         };
         assert!(creds.validate().is_ok());
         let mut req = tonic::Request::new(());
         req.metadata_mut()
             .insert("authorization", "Bearer s3cret".parse().unwrap());
-        assert_eq!(creds.authenticate(&req).unwrap().credential, "token:ci");
+        let principal = creds.authenticate(&req).unwrap();
+        assert_eq!(principal.credential, "token:ci");
+        // H19: unless its mapping says so, a credential buys sandboxed sessions only.
+        assert!(!principal.full_access);
         let mut bad = tonic::Request::new(());
         bad.metadata_mut()
             .insert("authorization", "Bearer s3cre".parse().unwrap());
@@ -200,6 +216,7 @@ mod tests {
                 name: "x".into(),
                 sha256: "abc".into(),
                 user: "u".into(),
+                allow_danger_full_access: false,
             }],
         };
         assert!(creds.validate().unwrap_err().contains("64 hex digits"));

@@ -15,6 +15,9 @@ pub struct Caller {
     pub pid: Option<i32>,
     /// For authenticated TCP: the index of the credential used (see `Authenticator::name`).
     pub credential: Option<usize>,
+    /// An authenticated TCP caller whose credential's mapping does not allow
+    /// danger-full-access (H19): it may have it from a file a sandbox read.
+    pub credential_sandboxed_only: bool,
 }
 
 /// How root callers are treated (an explicit operator rule, not default trust).
@@ -82,6 +85,7 @@ impl Authenticator {
                 gid: cred.gid(),
                 pid: cred.pid(),
                 credential: None,
+                credential_sandboxed_only: false,
             });
         }
         let Some(credentials) = &self.credentials else {
@@ -91,6 +95,7 @@ impl Authenticator {
                 gid: nix::unistd::getegid().as_raw(),
                 pid: None,
                 credential: None,
+                credential_sandboxed_only: false,
             });
         };
         let principal = credentials.authenticate(request)?;
@@ -107,6 +112,7 @@ impl Authenticator {
             gid: user.gid.as_raw(),
             pid: None,
             credential: Some(self.remember(principal.credential)),
+            credential_sandboxed_only: !principal.full_access,
         })
     }
 }
@@ -180,6 +186,7 @@ mod tests {
             gid: uid,
             pid: Some(1),
             credential: None,
+            credential_sandboxed_only: false,
         }
     }
 

@@ -95,12 +95,29 @@ impl Confinement {
     }
 }
 
-/// Refuses danger-full-access to a caller whose process is sandboxed (PERMISSION_DENIED).
-pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), Status> {
-    if is_sandboxed(caller.pid, caller.uid) {
-        return Err(Status::permission_denied(SANDBOXED_PEER));
+/// The refusal of a TCP credential whose mapping does not allow danger-full-access (H19).
+pub const SANDBOXED_ONLY_CREDENTIAL: &str = "this TCP credential may open sandboxed sessions \
+only: a token or client key alone could have been read by a sandbox; danger-full-access and \
+escalation need `allow_danger_full_access = true` on its [[tokens]] or [[tls.clients]] entry in \
+the daemon's config";
+
+/// The one widening rule (H7, H19): why this caller may not have danger-full-access — open a
+/// session in it, use one, have a call escalated, decide an approval — or `None` if it may.
+/// Not a process that is itself sandboxed, and not a TCP credential whose mapping does not say
+/// so (the daemon cannot see that caller's process).
+pub fn full_access_refusal(caller: Caller) -> Option<&'static str> {
+    if caller.credential_sandboxed_only {
+        return Some(SANDBOXED_ONLY_CREDENTIAL);
     }
-    Ok(())
+    is_sandboxed(caller.pid, caller.uid).then_some(SANDBOXED_PEER)
+}
+
+/// [`full_access_refusal`] as PERMISSION_DENIED.
+pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), Status> {
+    match full_access_refusal(caller) {
+        Some(why) => Err(Status::permission_denied(why)),
+        None => Ok(()),
+    }
 }
 
 /// Whether the caller process `pid` (from the socket's peer credentials), claiming `uid`, must be

@@ -136,10 +136,17 @@ impl CorralService {
         if id.is_empty() {
             return Err(invalid_field("session_id", "session_id is required"));
         }
-        self.sessions
+        let session = self
+            .sessions
             .get(id)
             .filter(|s| s.owner_uid == caller.uid)
-            .ok_or_else(|| status::session_not_found(id))
+            .ok_or_else(|| status::session_not_found(id))?;
+        // Knowing a danger-full-access session's id must not give a caller what it could not
+        // open (H19).
+        if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
+            crate::daemon::peer::refuse_if_sandboxed(caller)?;
+        }
+        Ok(session)
     }
 
     pub(super) fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
@@ -784,10 +791,13 @@ impl Sessions for CorralService {
                 "ListSessions is refused to a caller that runs inside a sandbox",
             ));
         }
+        // A credential that may not have danger-full-access does not see such sessions.
+        let full = crate::daemon::peer::full_access_refusal(caller).is_none();
         let sessions = self
             .sessions
             .list_owned(caller.uid)
             .into_iter()
+            .filter(|(s, _)| full || s.mode != crate::sandbox::policy::Mode::DangerFullAccess)
             .map(|(s, idle)| {
                 let policy = s.current_policy();
                 let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
@@ -988,7 +998,7 @@ impl CorralService {
         self.allow_escalation
             && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
             && self.rule_for(caller, None).allow_escalation
-            && !crate::daemon::peer::is_sandboxed(caller.pid, caller.uid)
+            && crate::daemon::peer::full_access_refusal(caller).is_none()
     }
 }
 

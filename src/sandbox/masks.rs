@@ -3,7 +3,9 @@
 //!   (spec/sandbox.md §2.7);
 //! - the default socket directories of every corral daemon (system and per-user), because with
 //!   the network on a sandbox could otherwise ask another corral daemon for a less confined
-//!   session (spec/sandbox.md §8.6 H7).
+//!   session (spec/sandbox.md §8.6 H7);
+//! - the owner's corral client credentials (`~/.config/corral`: a token, a client key), which
+//!   would let a network-on sandbox call a daemon over TCP as its user (H19).
 
 use std::path::PathBuf;
 
@@ -32,7 +34,14 @@ pub fn runtime_sockets(uid: u32) -> Vec<PathBuf> {
             // hosts (the daemon cannot know another process's XDG_RUNTIME_DIR).
             PathBuf::from(format!("/run/user/{uid}/corral")),
         ])
+        .chain(client_credentials(uid))
         .collect()
+}
+
+/// Where the owner keeps corral client credentials: `~/.config/corral` of its passwd entry.
+fn client_credentials(uid: u32) -> Option<PathBuf> {
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
+    Some(user.dir.join(".config/corral"))
 }
 
 /// Everything a sandbox of `uid` must not see: the serving daemon's own `state` paths and

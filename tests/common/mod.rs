@@ -574,8 +574,9 @@ impl TestUser {
                 "--",
             ])
             .arg(client_binary())
-            .args(args)
+            // First: after an exec's `--`, every argument belongs to the command.
             .args(["--socket", socket])
+            .args(args)
             .current_dir(&self.dir)
             .output()
             .expect("setpriv");
