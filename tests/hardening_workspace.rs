@@ -818,3 +818,74 @@ async fn h1_apply_patch_racing_a_symlink_swap_plants_nothing() {
         assert!(!ok, "{out:.300}");
     }
 }
+
+/// H20 (red team finding 4, H1-05): a husky-style repository (`core.hooksPath .husky`) runs its
+/// hooks from the worktree. The hooks directory — and a hooks path or fsmonitor hook an
+/// included config file names — is read-only in the sandbox, so nothing the sandbox writes runs
+/// at the host's next `git commit`. Baseline first: the same writes on the host do run.
+#[tokio::test]
+async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
+    let d = Daemon::start(&[]).await;
+    let dir = outside();
+    let repo = dir.path().join("repo");
+    let marker = dir.path().join("HOOK-RAN");
+    let (code, out) = host_sh(&format!(
+        "git init -q '{0}' && cd '{0}' && git config user.email t@t && git config user.name t \
+         && mkdir .husky && printf '#!/bin/sh\\nexit 0\\n' > .husky/pre-commit \
+         && chmod +x .husky/pre-commit && git config core.hooksPath .husky \
+         && printf '[core]\\n\\tfsmonitor = tools/fsmon\\n' > shared.gitconfig \
+         && git config include.path ../shared.gitconfig",
+        repo.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    let plant = format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit",
+        marker.display()
+    );
+    let host_commit = || {
+        let _ = std::fs::remove_file(&marker);
+        host_sh(&format!(
+            "cd '{}' && echo x >> file && git add file && git commit -qm x >/dev/null 2>&1; true",
+            repo.display()
+        ));
+        exists(&marker)
+    };
+    // Baseline: on the host, the same write makes the next commit run it.
+    host_sh(&format!("cd '{}' && {plant}", repo.display()));
+    assert!(host_commit(), "baseline: the planted hook did not run");
+    host_sh(&format!(
+        "cd '{}' && printf '#!/bin/sh\\nexit 0\\n' > .husky/pre-commit",
+        repo.display()
+    ));
+    assert!(!host_commit());
+
+    let id = ww(&d, &repo, &[], false).await.unwrap();
+    // Overwrite the hook, add another, replace the directory, change the included config.
+    for attack in [
+        plant.clone(),
+        format!(
+            "printf '#!/bin/sh\\ntouch {}\\n' > .husky/post-commit && chmod +x .husky/post-commit",
+            marker.display()
+        ),
+        format!(
+            "mv .husky .husky-old && mkdir .husky && printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit && chmod +x .husky/pre-commit",
+            marker.display()
+        ),
+        "printf '[core]\\n\\thooksPath = evil\\n' > shared.gitconfig".to_string(),
+        format!(
+            "mkdir -p tools && printf '#!/bin/sh\\ntouch {}\\n' > tools/fsmon && chmod +x tools/fsmon",
+            marker.display()
+        ),
+    ] {
+        let r = d.sh(&id, &attack).await;
+        assert_ne!(r.exit_code, 0, "{attack}: {}", r.output);
+        assert!(
+            !host_commit(),
+            "the host's commit ran a hook after: {attack}"
+        );
+        assert!(!exists(&repo.join("tools/fsmon")), "{attack}");
+    }
+    // The allowed path: the rest of the worktree stays writable.
+    let r = d.sh(&id, "echo ok > src.txt && cat src.txt").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}

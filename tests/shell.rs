@@ -458,3 +458,41 @@ async fn closing_a_session_cancels_its_running_commands() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A timeout kills the shell and its children together: killed one by one, the shell could see
+/// its child die and run the rest of its script before its own SIGKILL (3 of 25 runs of
+/// `sleep 30; echo finished` printed `finished` under load before the group kill). Under CPU
+/// load, no script runs past its timeout; the marker it would write proves it on the host.
+#[tokio::test]
+async fn a_timed_out_script_runs_nothing_after_its_timeout() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
+    let burners: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let marker = cwd.path().join("after-timeout");
+    for _ in 0..25 {
+        let (out, ok) = d
+            .invoke(
+                &id,
+                "shell_command",
+                r#"{"command":"sleep 29; touch after-timeout; echo finished","timeout_ms":200}"#,
+            )
+            .await;
+        assert!(!ok, "{out}");
+        assert!(
+            !out.contains("\nfinished") && !marker.exists(),
+            "the script went on after its timeout: {out}"
+        );
+    }
+    for mut b in burners {
+        let _ = b.kill();
+        let _ = b.wait();
+    }
+}

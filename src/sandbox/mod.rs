@@ -8,6 +8,7 @@
 pub mod caps;
 pub mod cgroup;
 pub mod error;
+mod git_exec;
 pub mod identity;
 pub mod landlock;
 pub mod limits;

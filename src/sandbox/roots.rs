@@ -282,8 +282,17 @@ pub fn protected_paths(
                 continue;
             }
             protected.push(path.clone());
-            if name == ".git" && meta.is_file() {
-                let (exists, absent) = gitdir_paths(root, &path, roots)?;
+            if name == ".git" {
+                let gitdirs = if meta.is_file() {
+                    let (exists, absent) = gitdir_paths(root, &path, roots)?;
+                    protected.extend(exists.iter().cloned());
+                    missing.extend(absent);
+                    exists
+                } else {
+                    vec![path.clone()]
+                };
+                // H20: what git will run from the worktree, as the repository's config says.
+                let (exists, absent) = super::git_exec::executed_paths(root, &gitdirs, roots)?;
                 protected.extend(exists);
                 missing.extend(absent);
             }
@@ -356,7 +365,7 @@ fn git_dir_markers(
 
 /// Reads a small pointer file (`.git`, `commondir`) without trusting it: no symlink followed,
 /// never blocking (a FIFO), regular files only, at most [`MAX_POINTER_FILE_BYTES`].
-fn read_pointer_file(path: &Path) -> io::Result<String> {
+pub(super) fn read_pointer_file(path: &Path) -> io::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -431,7 +440,7 @@ fn gitdir_paths(
 }
 
 /// The outcome of resolving a gitdir pointer.
-enum Resolved {
+pub(super) enum Resolved {
     /// The canonical path of an existing target.
     Exists(PathBuf),
     /// The target does not exist; this is its first missing component (canonical parent).
@@ -440,7 +449,11 @@ enum Resolved {
 
 /// Resolves `rel` against the canonical directory `base` one component at a time, refusing any
 /// symlink on the way whose target lies inside a writable root.
-fn resolve_checked(base: &Path, rel: &Path, roots: &[PathBuf]) -> Result<Resolved, PolicyError> {
+pub(super) fn resolve_checked(
+    base: &Path,
+    rel: &Path,
+    roots: &[PathBuf],
+) -> Result<Resolved, PolicyError> {
     let requested = base.join(rel);
     let mut current = if rel.is_absolute() {
         PathBuf::from("/")
@@ -510,7 +523,7 @@ fn check_symlink(protected: &Path, link: &Path, roots: &[PathBuf]) -> Result<(),
     Err(refuse())
 }
 
-fn inside_any(path: &Path, roots: &[PathBuf]) -> bool {
+pub(super) fn inside_any(path: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| path.starts_with(r))
 }
 
@@ -555,7 +568,7 @@ fn canonicalize_lenient(path: &Path) -> PathBuf {
     }
 }
 
-fn inspect(path: &Path, e: io::Error) -> PolicyError {
+pub(super) fn inspect(path: &Path, e: io::Error) -> PolicyError {
     PolicyError::Inspect {
         path: path.to_path_buf(),
         cause: e.to_string(),
