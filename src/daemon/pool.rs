@@ -37,6 +37,9 @@ const REPLACE_AFTER: Duration = Duration::from_millis(20);
 /// spare runs only the daemon's code, so this only bounds a fault in it.
 const SPARE_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
+/// The process limit (threads count) of a spare's cgroup until its session's is set, likewise.
+const SPARE_PROCESSES: u64 = 256;
+
 /// How long a new worker may take to confine itself and say it is ready.
 const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -108,7 +111,9 @@ impl Spare {
         // of 4). A spare does nothing before its spec, and its spec comes after the move.
         let join = match ahead {
             true => None,
-            false => cgroup.as_ref().map(WorkerCgroup::procs_path),
+            false => cgroup
+                .as_ref()
+                .map(|c| (c.procs_path(), c.pids_procs_path())),
         };
         let cgroup = CgroupHold(cgroup);
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -129,8 +134,12 @@ impl Spare {
             cmd.pre_exec(move || {
                 // The worker's memory limit covers it and every command from its first
                 // instruction (H11).
-                if let Some(procs) = &join {
+                if let Some((procs, pids)) = &join {
                     crate::sandbox::cgroup::join_raw(procs)?;
+                    // And the process limit, which binds root too (H21).
+                    if let Some(pids) = pids {
+                        crate::sandbox::cgroup::join_raw(pids)?;
+                    }
                 }
                 if theirs_fd == WORKER_FD {
                     // dup2 onto itself would keep FD_CLOEXEC set; clear it explicitly.
@@ -738,7 +747,7 @@ impl WorkerPool {
                     let cgroup = match cgroups {
                         Some(cgroups) => Some(
                             cgroups
-                                .create(&format!("worker-{n}"), SPARE_MEMORY_BYTES)
+                                .create(&format!("worker-{n}"), SPARE_MEMORY_BYTES, SPARE_PROCESSES)
                                 .map_err(|e| {
                                     Status::internal(format!(
                                         "cannot create a spare worker's memory cgroup: {e}"
@@ -887,6 +896,7 @@ impl WorkerPool {
         // Replace the spare taken (or start the first), once this open has had the CPU.
         self.prewarm_after(REPLACE_AFTER);
         let limit = policy.limits.memory_bytes;
+        let processes = policy.limits.processes;
         let cant_limit = |e: &dyn std::fmt::Display| {
             Status::failed_precondition(format!(
                 "sandbox unavailable: limits could not be applied: cannot create the worker's \
@@ -900,6 +910,7 @@ impl WorkerPool {
                 let spare = tokio::task::spawn_blocking(move || {
                     if let Some(cg) = &spare.cgroup.0 {
                         cg.set_limit(limit)?;
+                        cg.set_max_processes(processes)?;
                     }
                     Ok::<_, std::io::Error>(spare)
                 })
@@ -914,7 +925,7 @@ impl WorkerPool {
                         let n = self.spawned.fetch_add(1, Ordering::Relaxed);
                         let cgroups = cgroups.clone();
                         let made = tokio::task::spawn_blocking(move || {
-                            cgroups.create(&format!("worker-{n}"), limit)
+                            cgroups.create(&format!("worker-{n}"), limit, processes)
                         })
                         .await
                         .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;

@@ -2,6 +2,10 @@
 //! lives in its own memory cgroup, so no tool call can take the host's memory. Without a cgroup,
 //! [`rlimit_fallback`] gives a per-process ceiling instead.
 //!
+//! And a per-worker process limit (H21): `pids.max` in the worker's cgroup (v2) or in a cgroup
+//! of the same name in the v1 `pids` hierarchy, because `RLIMIT_NPROC` does not bind uid 0 — a
+//! confined root session could otherwise fork until the host's pid table is full.
+//!
 //! This module finds and manages the cgroups; it does not decide limits (policy) or spawn
 //! workers (the pool). Use:
 //! 1. [`MemoryCgroups::detect`] once at daemon start; `Err` says why no cgroup can be made.
@@ -35,6 +39,9 @@ pub const WORKERS_DIR: &str = "corral-workers";
 /// The lowest default limit, whatever the host's memory.
 pub const MIN_DEFAULT_LIMIT: u64 = 1 << 30;
 
+/// `pids.max` of the probe cgroup made at detection.
+const PROBE_PROCESSES: u64 = 16;
+
 /// Which cgroup hierarchy holds the memory controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CgroupVersion {
@@ -48,6 +55,16 @@ pub struct MemoryCgroups {
     version: CgroupVersion,
     /// `.../corral-workers/daemon-<pid>`.
     dir: PathBuf,
+    /// Where the workers' process limit goes (H21), when a `pids` controller is usable.
+    pids: Option<PidsHome>,
+}
+
+/// The `pids` controller: in the memory cgroups themselves (v2), or this daemon's directory in
+/// the v1 `pids` hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PidsHome {
+    SameDir,
+    V1(PathBuf),
 }
 
 /// One worker's memory cgroup; removed on drop.
@@ -57,6 +74,17 @@ pub struct WorkerCgroup {
     dir: PathBuf,
     /// `<dir>/cgroup.procs`, built before any fork so joining allocates nothing.
     procs: CString,
+    /// Where `pids.max` is written: `dir` itself (v2) or the v1 `pids` group, removed on drop.
+    pids: Option<PidsGroup>,
+}
+
+/// A worker's cgroup in the v1 `pids` hierarchy (or, on v2, its memory cgroup's directory).
+#[derive(Debug)]
+struct PidsGroup {
+    dir: PathBuf,
+    procs: CString,
+    /// Removed on drop (v1 only: on v2 it is the memory cgroup's own directory).
+    own_dir: bool,
 }
 
 impl MemoryCgroups {
@@ -84,6 +112,12 @@ impl MemoryCgroups {
         Err(format!("no memory cgroup available: v2: {v2}; v1: {v1}"))
     }
 
+    /// Whether workers also get a `pids.max` (H21); else only `RLIMIT_NPROC`, which does not
+    /// bind root.
+    pub fn limits_processes(&self) -> bool {
+        self.pids.is_some()
+    }
+
     pub fn version(&self) -> CgroupVersion {
         self.version
     }
@@ -94,8 +128,14 @@ impl MemoryCgroups {
     }
 
     /// Makes the cgroup `name` (one path component, e.g. `worker-3`) with a memory limit of
-    /// `limit_bytes`. A leftover directory of that name without members is replaced.
-    pub fn create(&self, name: &str, limit_bytes: u64) -> io::Result<WorkerCgroup> {
+    /// `limit_bytes` and, where a `pids` controller is usable, at most `max_processes`
+    /// processes. A leftover directory of that name without members is replaced.
+    pub fn create(
+        &self,
+        name: &str,
+        limit_bytes: u64,
+        max_processes: u64,
+    ) -> io::Result<WorkerCgroup> {
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -113,12 +153,23 @@ impl MemoryCgroups {
         let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         // From here the directory is removed again if a limit cannot be written.
-        let cg = WorkerCgroup {
+        let mut cg = WorkerCgroup {
             version: self.version,
             dir,
             procs,
+            pids: None,
         };
         cg.set_limit(limit_bytes)?;
+        cg.pids = match &self.pids {
+            None => None,
+            Some(PidsHome::SameDir) => Some(PidsGroup {
+                dir: cg.dir.clone(),
+                procs: cg.procs.clone(),
+                own_dir: false,
+            }),
+            Some(PidsHome::V1(home)) => Some(PidsGroup::create(&home.join(name))?),
+        };
+        cg.set_max_processes(max_processes)?;
         Ok(cg)
     }
 }
@@ -126,6 +177,54 @@ impl MemoryCgroups {
 impl Drop for MemoryCgroups {
     fn drop(&mut self) {
         let _ = fs::remove_dir(&self.dir);
+        if let Some(PidsHome::V1(home)) = &self.pids {
+            let _ = fs::remove_dir(home);
+        }
+    }
+}
+
+impl PidsGroup {
+    fn create(dir: &Path) -> io::Result<PidsGroup> {
+        if let Err(e) = fs::create_dir(dir) {
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(with_path(e, "mkdir", dir));
+            }
+            fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir stale", dir))?;
+            fs::create_dir(dir).map_err(|e| with_path(e, "mkdir", dir))?;
+        }
+        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Ok(PidsGroup {
+            dir: dir.to_path_buf(),
+            procs,
+            own_dir: true,
+        })
+    }
+}
+
+impl Drop for PidsGroup {
+    /// Removes a v1 group once its last member is gone (the memory cgroup's drop killed them).
+    fn drop(&mut self) {
+        if !self.own_dir {
+            return;
+        }
+        for attempt in 0..40 {
+            match fs::remove_dir(&self.dir) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) => {
+                    if attempt == 3
+                        && let Ok(text) = fs::read_to_string(self.dir.join("cgroup.procs"))
+                    {
+                        for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                            // SAFETY: signalling a pid; one that exited meanwhile gives ESRCH.
+                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5 * (attempt.min(5) + 1)));
+                }
+            }
+        }
     }
 }
 
@@ -161,6 +260,23 @@ impl WorkerCgroup {
         }
     }
 
+    /// Sets (or changes, for a spare given its session's limits) how many processes the worker
+    /// and its commands may have at once (`pids.max`), where a `pids` controller is usable.
+    pub fn set_max_processes(&self, max: u64) -> io::Result<()> {
+        match &self.pids {
+            Some(g) => {
+                let p = g.dir.join("pids.max");
+                fs::write(&p, max.to_string()).map_err(|e| with_path(e, "write", &p))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this worker's processes are counted by a `pids` cgroup.
+    pub fn limits_processes(&self) -> bool {
+        self.pids.is_some()
+    }
+
     fn write(&self, file: &str, value: u64) -> io::Result<()> {
         let p = self.dir.join(file);
         fs::write(&p, value.to_string()).map_err(|e| with_path(e, "write", &p))
@@ -173,10 +289,15 @@ impl WorkerCgroup {
         }
     }
 
-    /// Moves the calling process into this cgroup. Async-signal-safe (only `open`, `write` and
-    /// `close` on a path built in advance), so it may run in a `pre_exec` closure after `fork`.
+    /// Moves the calling process into this cgroup (and its v1 `pids` group). Async-signal-safe
+    /// (only `open`, `write` and `close` on paths built in advance), so it may run in a
+    /// `pre_exec` closure after `fork`.
     pub fn join_self_raw(&self) -> io::Result<()> {
-        join_raw(&self.procs)
+        join_raw(&self.procs)?;
+        match &self.pids {
+            Some(g) if g.own_dir => join_raw(&g.procs),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -209,10 +330,23 @@ impl WorkerCgroup {
         self.procs.clone()
     }
 
-    /// Moves another process (by pid) into this cgroup.
+    /// The v1 `pids` group's `cgroup.procs`, to join as well (see [`join_raw`]).
+    pub fn pids_procs_path(&self) -> Option<CString> {
+        self.pids
+            .as_ref()
+            .filter(|g| g.own_dir)
+            .map(|g| g.procs.clone())
+    }
+
+    /// Moves another process (by pid) into this cgroup (and its v1 `pids` group).
     pub fn add_process(&self, pid: u32) -> io::Result<()> {
         let p = self.dir.join("cgroup.procs");
-        fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))
+        fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))?;
+        if let Some(g) = self.pids.as_ref().filter(|g| g.own_dir) {
+            let p = g.dir.join("cgroup.procs");
+            fs::write(&p, pid.to_string()).map_err(|e| with_path(e, "write", &p))?;
+        }
+        Ok(())
     }
 
     /// How many times the kernel's OOM killer acted in this cgroup (v1 `memory.oom_control`,
@@ -343,13 +477,23 @@ fn keyed_value(text: &str, key: &str) -> Option<u64> {
 /// The daemon's own cgroup directory in the hierarchy of `version` (v1: the one with the
 /// `memory` controller), from `/proc/self/cgroup` and the mount table.
 fn own_cgroup_dir(cgroups: &str, mountinfo: &str, version: CgroupVersion) -> Option<PathBuf> {
+    own_cgroup_dir_of(cgroups, mountinfo, version, "memory")
+}
+
+/// [`own_cgroup_dir`] for the v1 hierarchy of `controller`.
+fn own_cgroup_dir_of(
+    cgroups: &str,
+    mountinfo: &str,
+    version: CgroupVersion,
+    controller: &str,
+) -> Option<PathBuf> {
     // /proc/self/cgroup: `hierarchy-id:controllers:path`; v2 is `0::path`.
     let path = cgroups.lines().find_map(|l| {
         let mut parts = l.splitn(3, ':');
         let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
         let wanted = match version {
             CgroupVersion::V2 => id == "0" && controllers.is_empty(),
-            CgroupVersion::V1 => controllers.split(',').any(|c| c == "memory"),
+            CgroupVersion::V1 => controllers.split(',').any(|c| c == controller),
         };
         wanted.then_some(path)
     })?;
@@ -362,7 +506,7 @@ fn own_cgroup_dir(cgroups: &str, mountinfo: &str, version: CgroupVersion) -> Opt
         let matches = match version {
             CgroupVersion::V2 => *right.first()? == "cgroup2",
             CgroupVersion::V1 => {
-                *right.first()? == "cgroup" && right.get(2)?.split(',').any(|o| o == "memory")
+                *right.first()? == "cgroup" && right.get(2)?.split(',').any(|o| o == controller)
             }
         };
         if !matches {
@@ -416,12 +560,57 @@ fn prepare_v2(own: &Path) -> Result<MemoryCgroups, String> {
 
 /// Adds `memory` to `dir`'s `cgroup.subtree_control` unless it is there.
 fn enable_memory(dir: &Path) -> Result<(), String> {
+    enable(dir, "memory")
+}
+
+/// Adds `controller` to `dir`'s `cgroup.subtree_control` unless it is there.
+fn enable(dir: &Path, controller: &str) -> Result<(), String> {
     let p = dir.join("cgroup.subtree_control");
     let current = fs::read_to_string(&p).map_err(|e| format!("reading {}: {e}", p.display()))?;
-    if current.split_whitespace().any(|c| c == "memory") {
+    if current.split_whitespace().any(|c| c == controller) {
         return Ok(());
     }
-    fs::write(&p, "+memory").map_err(|e| format!("enabling memory in {}: {e}", p.display()))
+    fs::write(&p, format!("+{controller}"))
+        .map_err(|e| format!("enabling {controller} in {}: {e}", p.display()))
+}
+
+/// Where workers' `pids.max` can go (H21): v2, `pids` enabled along the memory cgroups' path;
+/// v1, this daemon's directory in the `pids` hierarchy. `None` (with the reason logged) when
+/// neither works: workers then have `RLIMIT_NPROC` only.
+fn pids_home(version: CgroupVersion, own: &Path, memory_dir: &Path) -> Option<PidsHome> {
+    let found = match version {
+        CgroupVersion::V2 => {
+            let workers = own.join(WORKERS_DIR);
+            [own, workers.as_path(), memory_dir]
+                .iter()
+                .try_for_each(|d| enable(d, "pids"))
+                .map(|()| PidsHome::SameDir)
+        }
+        CgroupVersion::V1 => (|| {
+            let cgroups = fs::read_to_string("/proc/self/cgroup")
+                .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+            let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+                .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+            let own = own_cgroup_dir_of(&cgroups, &mountinfo, CgroupVersion::V1, "pids")
+                .ok_or("no cgroup v1 pids controller mounted")?;
+            let workers = own.join(WORKERS_DIR);
+            mkdir_ok_if_exists(&workers)?;
+            remove_stale(&workers);
+            let dir = workers.join(format!("daemon-{}", std::process::id()));
+            mkdir_ok_if_exists(&dir)?;
+            Ok(PidsHome::V1(dir))
+        })(),
+    };
+    match found {
+        Ok(home) => Some(home),
+        Err(why) => {
+            tracing::warn!(
+                "no pids cgroup for sandbox workers ({why}): each is held to RLIMIT_NPROC only, \
+                 which does not bind root"
+            );
+            None
+        }
+    }
 }
 
 /// Makes `<own>/corral-workers/daemon-<pid>` (clearing directories of daemons that are gone)
@@ -432,14 +621,27 @@ fn prepare(version: CgroupVersion, own: &Path) -> Result<MemoryCgroups, String> 
     remove_stale(&workers);
     let dir = workers.join(format!("daemon-{}", std::process::id()));
     mkdir_ok_if_exists(&dir)?;
-    let m = MemoryCgroups { version, dir };
+    let mut m = MemoryCgroups {
+        version,
+        dir,
+        pids: None,
+    };
     if version == CgroupVersion::V2 {
         enable_memory(&workers)?;
         enable_memory(&m.dir)?;
     }
+    m.pids = pids_home(version, own, &m.dir);
     // Prove a worker cgroup with a limit can really be made (read-only cgroupfs, no rights).
-    m.create("probe", MIN_DEFAULT_LIMIT)
-        .map_err(|e| format!("creating a test cgroup: {e}"))?;
+    if let Err(e) = m.create("probe", MIN_DEFAULT_LIMIT, PROBE_PROCESSES) {
+        if m.pids.is_none() {
+            return Err(format!("creating a test cgroup: {e}"));
+        }
+        // The pids part failed: memory limits alone are still worth having.
+        tracing::warn!("no pids cgroup for sandbox workers ({e}); RLIMIT_NPROC only");
+        m.pids = None;
+        m.create("probe", MIN_DEFAULT_LIMIT, PROBE_PROCESSES)
+            .map_err(|e| format!("creating a test cgroup: {e}"))?;
+    }
     Ok(m)
 }
 
@@ -576,7 +778,7 @@ mod tests {
     fn bad_names_are_refused() {
         let Some(cg) = cgroups() else { return };
         for name in ["", ".", "..", "a/b", "../escape"] {
-            let err = cg.create(name, 64 * MIB).unwrap_err();
+            let err = cg.create(name, 64 * MIB, 1024).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{name:?}");
         }
     }
@@ -584,7 +786,7 @@ mod tests {
     #[test]
     fn a_child_over_the_limit_is_oom_killed_and_one_under_it_runs() {
         let Some(cgs) = cgroups() else { return };
-        let cg = cgs.create(&unique("oom"), 64 * MIB).unwrap();
+        let cg = cgs.create(&unique("oom"), 64 * MIB, 1024).unwrap();
         let dir = cg.path().to_path_buf();
         assert!(dir.starts_with(cgs.dir()));
         // Baseline: without the cgroup, a child touches 256 MiB and exits normally.
@@ -618,11 +820,60 @@ mod tests {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
 
+    /// H21: `pids.max` binds a root process, which `RLIMIT_NPROC` does not.
+    #[test]
+    fn root_cannot_fork_past_the_process_limit() {
+        let Some(cgs) = cgroups() else { return };
+        if !cgs.limits_processes() || !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: no pids controller, or not root");
+            return;
+        }
+        let cg = cgs.create(&unique("pids"), 256 * MIB, 8).unwrap();
+        assert!(cg.limits_processes());
+        // Forks until refused (children wait on a pipe), counts them, releases them.
+        let cg = &cg;
+        let forks = |join: bool| {
+            in_child(move || {
+                if join {
+                    cg.join_self_raw().map_err(|e| format!("join: {e}"))?;
+                }
+                // SAFETY: setrlimit with a valid struct; RLIMIT_NPROC does not bind root.
+                unsafe {
+                    let one = libc::rlimit {
+                        rlim_cur: 4,
+                        rlim_max: 4,
+                    };
+                    libc::setrlimit(libc::RLIMIT_NPROC, &one);
+                }
+                let mut n = 0;
+                while n < 32 {
+                    // SAFETY: the child only pauses briefly and exits.
+                    match unsafe { libc::fork() } {
+                        0 => unsafe {
+                            libc::usleep(300_000);
+                            libc::_exit(0)
+                        },
+                        -1 => break,
+                        _ => n += 1,
+                    }
+                }
+                if join == (n < 8) {
+                    Ok(())
+                } else {
+                    Err(format!("forked {n} (joined: {join})"))
+                }
+            })
+        };
+        // Baseline: RLIMIT_NPROC of 4 does not stop root; in the cgroup, fewer than 8 start.
+        assert!(forks(false).exited_ok(), "baseline");
+        assert!(forks(true).exited_ok(), "in the cgroup");
+    }
+
     #[test]
     fn a_command_joins_in_pre_exec_and_leftovers_are_killed_on_drop() {
         use std::os::unix::process::CommandExt;
         let Some(cgs) = cgroups() else { return };
-        let cg = std::sync::Arc::new(cgs.create(&unique("cmd"), 256 * MIB).unwrap());
+        let cg = std::sync::Arc::new(cgs.create(&unique("cmd"), 256 * MIB, 1024).unwrap());
         let dir = cg.path().to_path_buf();
         let joined = cg.clone();
         let mut cmd = std::process::Command::new("sleep");
@@ -650,7 +901,7 @@ mod tests {
     #[test]
     fn a_limit_can_be_raised_and_lowered_with_a_member_inside() {
         let Some(cgs) = cgroups() else { return };
-        let cg = cgs.create(&unique("relimit"), 256 * MIB).unwrap();
+        let cg = cgs.create(&unique("relimit"), 256 * MIB, 1024).unwrap();
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -681,7 +932,7 @@ mod tests {
         let Some(cgs) = cgroups() else { return };
         let name = unique("stale");
         fs::create_dir(cgs.dir().join(&name)).unwrap();
-        let cg = cgs.create(&name, 32 * MIB).unwrap();
+        let cg = cgs.create(&name, 32 * MIB, 1024).unwrap();
         let limit_file = match cg.version {
             CgroupVersion::V1 => "memory.limit_in_bytes",
             CgroupVersion::V2 => "memory.max",
