@@ -1151,7 +1151,29 @@ async fn a_sandboxed_process_cannot_decide_approvals() {
             ..Default::default()
         })
         .await;
+    // The sandboxed process cannot open a session on B at all (H19)...
     let ran = a.sh(&session, &format!("{approve}; echo rc=$?")).await;
+    assert!(ran.output.contains("rc=2"), "{}", ran.output);
+    assert!(
+        ran.output.contains("inside a corral sandbox"),
+        "the open is refused: {}",
+        ran.output
+    );
+    // ...and given the id of a session the host opened there, it gets the approval request
+    // but its decision is refused.
+    let (code, b_session) = common::host_sh(&format!(
+        "{} open-session --socket {b} --cwd {cwd} --mode workspace-write \
+         --approval-policy untrusted",
+        common::CORRAL
+    ));
+    assert_eq!(code, 0, "{b_session}");
+    let approve_in = format!(
+        "{} invoke shell '{{\"command\":[\"touch\",\"mark\"]}}' --socket {b} --session {} \
+         --approvals approve --json",
+        common::CORRAL,
+        b_session.trim()
+    );
+    let ran = a.sh(&session, &format!("{approve_in}; echo rc=$?")).await;
     assert!(ran.output.contains("rc=2"), "{}", ran.output);
     assert!(
         ran.output.contains("not from a sandboxed process"),

@@ -218,22 +218,63 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
     )
     .await;
     assert!(out.contains("rc=2"), "DFA must be refused: {out}");
-    assert!(out.contains("itself sandboxed"), "{out}");
-    // B is reachable from the sandbox: a read-only session opens there, and an escalated call
-    // on it is refused and leaves no mark on the host.
+    assert!(out.contains("inside a corral sandbox"), "{out}");
+    // H19 (red team finding 3): B opens no session at all for a process in a corral sandbox —
+    // not workspace-write rooted where the sandbox may not write (here: outside it), nor even
+    // read-only. Nothing is written on the host.
+    let home = common::outside();
+    let target = home.path().join("written-from-b");
     let out = sh(
         &a,
         &session,
         &format!(
-            "ID=$({CORRAL} open-session --mode read-only --cwd {cwd} --socket {b}) || exit 7; \
-             {CORRAL} invoke shell '{escalate}' --session $ID --socket {b} --json; echo rc=$?"
+            "{CORRAL} exec --mode workspace-write --exclude-slash-tmp --cwd {0} --socket {b} \
+             -- touch {1}; \
+             echo rc=$?; {CORRAL} open-session --mode read-only --cwd {cwd} --socket {b}; \
+             echo rc=$?",
+            home.path().display(),
+            target.display()
         ),
     )
     .await;
+    assert_eq!(out.matches("rc=2").count(), 2, "{out}");
+    assert!(out.contains("inside a corral sandbox"), "{out}");
     assert!(
-        out.contains("rc="),
-        "B is reachable and serves read-only: {out}"
+        !target.exists(),
+        "a sandbox wrote outside its roots through B"
     );
+    // The allowed path on the host: the same exec through B works.
+    let (code, _, err) = cli(
+        &[],
+        &[
+            "--socket",
+            &b,
+            "exec",
+            "--mode",
+            "workspace-write",
+            // B's socket (its state) lies under /tmp here.
+            "--exclude-slash-tmp",
+            "--cwd",
+            home.path().to_str().unwrap(),
+            "--",
+            "touch",
+            target.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(target.exists());
+    // An escalated call on a session the host opened on B (its id given to the sandbox) is
+    // refused and leaves no mark on the host.
+    let out = sh(
+        &a,
+        &session,
+        &format!(
+            "{CORRAL} invoke shell '{escalate}' --session {ro} --socket {b} --json; echo rc=$?"
+        ),
+    )
+    .await;
+    assert!(out.contains("rc="), "B is reachable: {out}");
     assert!(
         out.contains("\"success\":false") && out.contains("escalat"),
         "escalation must be refused: {out}"

@@ -263,6 +263,13 @@ impl From<tonic::Status> for Failure {
     }
 }
 
+/// Where a command reports plain text (cp), a failure is its one line.
+impl From<Failure> for String {
+    fn from(f: Failure) -> String {
+        f.text()
+    }
+}
+
 impl Failure {
     /// One line for a person: `NotFound: …`, or the message alone.
     fn text(&self) -> String {
@@ -553,7 +560,7 @@ fn patch_hint(name: &str, arguments: &str, freeform: bool) -> Option<&'static st
 pub(super) async fn open(
     channel: &Connection,
     opts: &SessionOpts,
-) -> Result<(String, bool), String> {
+) -> Result<(String, bool), Failure> {
     if let Some(id) = &opts.session {
         return Ok((id.clone(), false));
     }
@@ -579,8 +586,7 @@ pub(super) async fn open(
             exclude_slash_tmp: opts.exclude_slash_tmp,
             ..Default::default()
         })
-        .await
-        .map_err(status_text)?
+        .await?
         .into_inner();
     Ok((resp.session_id, true))
 }

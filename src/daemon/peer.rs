@@ -120,6 +120,61 @@ pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), Status> {
     }
 }
 
+/// H19, red team finding 3: a process inside a corral sandbox — any daemon's — opens no session
+/// at all. Its own daemon's socket is masked from it; what it can reach is another daemon (a
+/// per-user one on a non-default socket, say), which cannot know how wide the sandbox it runs
+/// in is, so any session there could be wider (workspace-write rooted at `$HOME` from a
+/// read-only sandbox). A process sandboxed by something else (a container) keeps the sandboxed
+/// modes.
+pub fn refuse_if_in_a_corral_sandbox(caller: Caller) -> Result<(), Status> {
+    let Some(pid) = caller.pid else {
+        return Ok(());
+    };
+    // A danger-full-access session's commands run in a worker too, unconfined: not a sandbox.
+    if !is_sandboxed(caller.pid, caller.uid) {
+        return Ok(());
+    }
+    match corral_sandbox_of(pid) {
+        Some(which) => Err(Status::permission_denied(format!(
+            "the calling process runs inside a corral sandbox ({which}); a sandboxed command may \
+             not open sessions, on this daemon or any other (spec/sandbox.md H19)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// How `pid` is known to run inside a corral sandbox: its cgroup is one of a daemon's worker
+/// cgroups, or one of its ancestors is a `corral __worker` (a sandboxed process cannot leave
+/// the worker's process tree: the worker is a child subreaper). `None` if neither.
+fn corral_sandbox_of(pid: i32) -> Option<String> {
+    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        && let Some(at) = text.find(&format!("/{}/daemon-", crate::sandbox::cgroup::WORKERS_DIR))
+    {
+        let rest = &text[at + 1..];
+        let group = rest.split(['\n', ' ']).next().unwrap_or(rest);
+        return Some(format!("cgroup {group}"));
+    }
+    let mut at = pid;
+    for _ in 0..64 {
+        let status = std::fs::read_to_string(format!("/proc/{at}/status")).ok()?;
+        let ppid: i32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        if ppid <= 1 {
+            return None;
+        }
+        let cmdline = std::fs::read(format!("/proc/{ppid}/cmdline")).unwrap_or_default();
+        if cmdline.split(|b| *b == 0).nth(1) == Some(b"__worker".as_slice()) {
+            return Some(format!("worker process {ppid}"));
+        }
+        at = ppid;
+    }
+    None
+}
+
 /// Whether the caller process `pid` (from the socket's peer credentials), claiming `uid`, must be
 /// treated as sandboxed. `None` (TCP) is not judged here.
 pub fn is_sandboxed(pid: Option<i32>, uid: u32) -> bool {

@@ -692,6 +692,7 @@ impl Sessions for CorralService {
         request: Request<api::OpenSessionRequest>,
     ) -> Result<Response<api::OpenSessionResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
+        crate::daemon::peer::refuse_if_in_a_corral_sandbox(caller)?;
         let req = request.into_inner();
         let mut session =
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
