@@ -278,12 +278,7 @@ impl ProcessTree {
         let me = std::process::id() as i32;
         let mut killed: HashSet<Ident> = HashSet::new();
         let mut pause = Duration::from_millis(1);
-        // The command's process group first, in one syscall: a shell and its children die
-        // together. Killed one by one, the shell could see its child die and run the rest of its
-        // script (`sleep 30; rm x` ran `rm` after the timeout on a busy machine) before its own
-        // SIGKILL. Then whatever left the group, one by one below.
-        // SAFETY: plain syscall; the leader's pid (its zombie) reserves the group id.
-        unsafe { libc::kill(-self.leader, libc::SIGKILL) };
+        let mut group_killed = false;
         loop {
             let Some(snap) = snapshot() else {
                 // No /proc: all that can be done is the session's process group.
@@ -298,6 +293,16 @@ impl ProcessTree {
                 e.members = owned.iter().map(|p| (p.pid, p.start)).collect();
             }
             let owned_pids: HashSet<i32> = owned.iter().map(|p| p.pid).collect();
+            if !group_killed {
+                // The command's process group first, in one syscall: a shell and its children
+                // die together. Killed one by one, the shell could see its child die and run the
+                // rest of its script (`sleep 30; rm x` ran `rm` after the timeout on a busy
+                // machine) before its own SIGKILL. Then, below, each process of the snapshot
+                // (taken before, so each is counted), whatever left the group included.
+                // SAFETY: plain syscall; the leader's pid (its zombie) reserves the group id.
+                unsafe { libc::kill(-self.leader, libc::SIGKILL) };
+                group_killed = true;
+            }
             let mut remaining = Vec::new();
             for p in &owned {
                 if !p.dead {
