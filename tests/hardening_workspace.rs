@@ -889,3 +889,53 @@ async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
     let r = d.sh(&id, "echo ok > src.txt && cat src.txt").await;
     assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
 }
+
+/// H24 (red team H4-02): another session of the same user swaps a parent of this session's
+/// nested root for a symlink to a decoy (in its own namespace the parent is no mount point).
+/// This session's commands still start in the directory pinned when its worker was built —
+/// `pwd`, relative reads and writes — not in the decoy the path now leads to.
+#[tokio::test]
+async fn h24_commands_start_in_the_pinned_root_not_where_its_path_leads() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let b = base.path();
+    let proj = b.join("a/proj");
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(proj.join("file"), "real\n").unwrap();
+    let decoy = b.join("decoy/proj");
+    std::fs::create_dir_all(&decoy).unwrap();
+    std::fs::write(decoy.join("file"), "decoy\n").unwrap();
+    // A: the nested root `a/proj` inside the enclosing root `base`; its first command builds
+    // the worker.
+    let a = ww(&d, &proj, &[b], false).await.unwrap();
+    let r = d.sh(&a, "pwd; cat file").await;
+    let canonical = std::fs::canonicalize(&proj).unwrap();
+    assert_eq!(r.output, format!("{}\nreal\n", canonical.display()));
+    // B, the same user on `base`: swaps `a` for a link to the decoy.
+    let s = ww(&d, b, &[], false).await.unwrap();
+    let r = d
+        .sh(&s, "mv a a.old && ln -s decoy a && cat a/proj/file")
+        .await;
+    assert_eq!(
+        (r.exit_code, r.output.as_str()),
+        (0, "decoy\n"),
+        "{}",
+        r.output
+    );
+    // A's next commands: in the real directory, wherever it now is.
+    let r = d.sh(&a, "cat file; echo more >> file; pwd -P").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    assert!(r.output.starts_with("real\n"), "{}", r.output);
+    assert!(!r.output.contains("decoy"), "{}", r.output);
+    assert_eq!(
+        std::fs::read_to_string(b.join("a.old/proj/file")).unwrap(),
+        "real\nmore\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(decoy.join("file")).unwrap(),
+        "decoy\n"
+    );
+    // exec_command (unified exec) the same way.
+    let (out, _) = d.invoke(&a, "exec_command", r#"{"cmd":"cat file"}"#).await;
+    assert!(out.contains("real") && !out.contains("decoy"), "{out}");
+}

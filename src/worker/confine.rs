@@ -79,6 +79,10 @@ pub fn confine(
         detail.push("mount, pid, uts, ipc (and net when off)".to_string());
         Ok(LayerReport::enforced(Layer::Namespaces, detail.join("; ")))
     })?;
+    // The working directory commands start from, opened once the mounts are in place (H24:
+    // later commands `fchdir` to it instead of following its path, which a swapped parent
+    // could redirect). A missing cwd is the first command's error, as before.
+    let _ = crate::tools::shell::pinned_cwd::pin(&policy.cwd);
     // 2. Identity: become the session owner. Keep the permitted set across the uid change so the
     //    capability drop below can still empty the bounding set.
     step(Layer::Identity, &mut || {
@@ -154,6 +158,7 @@ pub fn confine(
     // 7. Resource limits, non-dumpable, inherited descriptors closed (but the guard's).
     let mut keep: Vec<RawFd> = keep_fds.to_vec();
     keep.extend(guard.as_ref().map(|g| g.fd().as_raw_fd()));
+    keep.extend(crate::tools::shell::pinned_cwd::fd());
     let report = limits::apply(&policy.limits, &keep)?;
     reports.push(report);
     Ok(Confined { reports, guard })

@@ -10,6 +10,7 @@ pub mod capture;
 pub mod denial;
 pub mod exec;
 pub mod format;
+pub mod pinned_cwd;
 pub mod proctree;
 mod spawn;
 pub mod truncate;

@@ -107,8 +107,14 @@ impl Drop for Attr {
 /// File actions, destroyed on drop.
 struct Actions(libc::posix_spawn_file_actions_t);
 
+/// How the child gets to its working directory: by descriptor (the pinned one, H24) or by path.
+enum Chdir<'a> {
+    Fd(std::os::fd::RawFd),
+    Path(&'a CString),
+}
+
 impl Actions {
-    fn new(stdout: &OwnedFd, stderr: &OwnedFd, cwd: &CString) -> io::Result<Self> {
+    fn new(stdout: &OwnedFd, stderr: &OwnedFd, cwd: Chdir<'_>) -> io::Result<Self> {
         // SAFETY: init initialises the zeroed struct; the add* functions copy their path
         // arguments, and the descriptors outlive the spawn.
         unsafe {
@@ -133,10 +139,15 @@ impl Actions {
                 stderr.as_raw_fd(),
                 2,
             ))?;
-            check(libc::posix_spawn_file_actions_addchdir_np(
-                &mut this.0,
-                cwd.as_ptr(),
-            ))?;
+            match cwd {
+                Chdir::Fd(fd) => {
+                    check(libc::posix_spawn_file_actions_addfchdir_np(&mut this.0, fd))?
+                }
+                Chdir::Path(path) => check(libc::posix_spawn_file_actions_addchdir_np(
+                    &mut this.0,
+                    path.as_ptr(),
+                ))?,
+            }
             // Belt and braces over close-on-exec, which every descriptor the worker holds has
             // (its request socket is marked at start). musl has no closefrom action: the static
             // build relies on close-on-exec alone, as fork + exec did.
@@ -230,7 +241,16 @@ pub(crate) fn spawn(argv: &[String], env: &[(String, String)], cwd: &Path) -> io
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let attr = Attr::new()?;
-    let actions = Actions::new(&out_w, &err_w, &cwd_c)?;
+    // Held until the spawn is done: the child fchdirs to it.
+    let start = super::pinned_cwd::open(cwd).transpose()?;
+    let actions = Actions::new(
+        &out_w,
+        &err_w,
+        match &start {
+            Some(dir) => Chdir::Fd(dir.raw()),
+            None => Chdir::Path(&cwd_c),
+        },
+    )?;
     let argv_p = ptrs(&args);
     let envp_p = ptrs(&envs);
 

@@ -133,8 +133,30 @@ impl Process {
         let mut cmd = Command::new(program);
         cmd.args(&spec.argv[1..])
             .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&spec.cwd);
+            .envs(spec.env.iter().map(|(k, v)| (k, v)));
+        // H24: from the directory the worker pinned, not wherever the path leads now. Held
+        // until the spawn is done.
+        let start = crate::tools::shell::pinned_cwd::open(&spec.cwd)
+            .transpose()
+            .map_err(|e| format!("{e}: {}", spec.cwd.display()))?;
+        match &start {
+            Some(dir) => {
+                use std::os::unix::process::CommandExt;
+                let fd = dir.raw();
+                // SAFETY: fchdir is async-signal-safe; the descriptor outlives the spawn.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        if libc::fchdir(fd) != 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            None => {
+                cmd.current_dir(&spec.cwd);
+            }
+        }
         let master = if spec.tty {
             let (rows, cols) = spec.size.unwrap_or((PTY_ROWS, PTY_COLS));
             let (master, slave) =
