@@ -129,6 +129,9 @@ export interface InvokeResult {
   contentItems?: ContentItem[];
   /** Only when the call waits for the user's decision (the session's approval policy). */
   approval?: ApprovalRequest;
+  /** Only for a call that ran (or wrote to) a command: its exit code, or the process id it
+   * still runs under. */
+  command?: { exitCode?: number; processId?: number };
 }
 
 export type ApprovalPolicyName = 'untrusted' | 'on-failure' | 'on-request' | 'never';

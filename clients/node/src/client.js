@@ -64,11 +64,21 @@ function decisionValue(decision) {
   return enumValue(DECISIONS, decision, 'APPROVAL_DECISION_', 'approval decision');
 }
 
-/** An Invoke answer without the fields it does not carry (content items, approval). */
+/** An Invoke answer without the fields it does not carry (content items, approval, command). */
 function invokeResult(res) {
   // `contentItems` (view_image's image) only when there are any.
   if (!res.contentItems?.length) delete res.contentItems;
   if (!res.approval) delete res.approval;
+  // `command` (how a command the call ran ended) only for calls that ran one, as
+  // `{exitCode}` or `{processId}` (still running).
+  if (!res.command) {
+    delete res.command;
+  } else {
+    const { exitCode, processId } = res.command;
+    res.command = {};
+    if (exitCode !== null && exitCode !== undefined) res.command.exitCode = exitCode;
+    if (processId !== null && processId !== undefined) res.command.processId = processId;
+  }
   return res;
 }
 

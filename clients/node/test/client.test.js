@@ -261,6 +261,14 @@ describe('against a daemon', () => {
     assert.ok(!excluded.some((t) => t.name === 'grep_files'));
   });
 
+  test('invoke: how a command the call ran ended', async () => {
+    const r = await session.invoke('exec_command', { cmd: 'exit 3' });
+    assert.deepEqual(r.command, { exitCode: 3 });
+    const running = await session.invoke('exec_command', { cmd: 'sleep 5', yield_time_ms: 250 });
+    assert.equal(typeof running.command.processId, 'number');
+    assert.equal(running.command.exitCode, undefined);
+  });
+
   test('invoke: object or string arguments, call id echoed', async () => {
     const r = await session.invoke('read_file', { file_path: 'a.txt', limit: 1 }, { callId: 'c1' });
     assert.deepEqual(r, { callId: 'c1', output: 'L1: alpha', success: true });
