@@ -194,6 +194,24 @@ async fn sessions_and_ps_list_your_own_sessions_and_processes_only() {
         table.contains("sleep 60") && table.contains("running"),
         "{table}"
     );
+    // The model chose the command: an escape sequence in it is shown escaped, not obeyed.
+    let (code, _, err) = corral(
+        &d,
+        ws.path(),
+        &[
+            "invoke",
+            "exec_command",
+            r#"{"cmd":"sleep 61 # \u001b]0;PWNED\u0007\u001b[2K","yield_time_ms":250}"#,
+            "--session",
+            &id,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, table, _) = corral(&d, ws.path(), &["ps", "--session", &id]);
+    assert!(
+        table.contains("sleep 61") && !table.contains('\u{1b}') && table.contains(r"\x1b]0;PWNED"),
+        "{table:?}"
+    );
 
     // Another user sees none of it, and cannot list the processes of the session by its id.
     let other = TestUser::create("cliother");

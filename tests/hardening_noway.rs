@@ -283,6 +283,86 @@ async fn h7_a_sandboxed_session_cannot_get_dfa_or_escalation_from_a_second_daemo
         !mark.exists(),
         "an escalated command ran for a sandboxed caller"
     );
+
+    // A process the host runs outside the sandbox (an escalated exec_command on B) is
+    // danger-full-access too: the sandbox, given its session and process ids, cannot write to
+    // it (review finding: write_stdin reached an escalated shell).
+    let (code, ww, err) = cli(
+        &[],
+        &[
+            "open-session",
+            "--mode",
+            "workspace-write",
+            "--exclude-slash-tmp",
+            "--cwd",
+            home.path().to_str().unwrap(),
+            "--socket",
+            &b,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(
+        &[],
+        &[
+            "invoke",
+            "exec_command",
+            r#"{"cmd":"bash --norc","sandbox_permissions":"require_escalated","tty":true,"yield_time_ms":500}"#,
+            "--session",
+            &ww,
+            "--socket",
+            &b,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out} {err}");
+    let pid: i32 = out
+        .split("session ID ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a running escalated shell: {out}"));
+    let write = |file: &Path| {
+        serde_json::json!({"session_id": pid, "chars": format!("touch {}\n", file.display()),
+            "yield_time_ms": 1000})
+        .to_string()
+    };
+    let from_sandbox = marks.path().join("from-sandbox");
+    let out = sh(
+        &a,
+        &session,
+        &format!(
+            "{CORRAL} invoke write_stdin '{}' --session {ww} --socket {b}; echo rc=$?",
+            write(&from_sandbox)
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("rc=2") && out.contains("PermissionDenied"),
+        "{out}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !from_sandbox.exists(),
+        "the sandbox drove an escalated shell"
+    );
+    // Baseline: the host itself may.
+    let from_host = marks.path().join("from-host");
+    let (code, out, err) = cli(
+        &[],
+        &[
+            "invoke",
+            "write_stdin",
+            &write(&from_host),
+            "--session",
+            &ww,
+            "--socket",
+            &b,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out} {err}");
+    assert!(from_host.exists(), "{out}");
 }
 
 #[tokio::test]

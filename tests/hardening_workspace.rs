@@ -939,3 +939,101 @@ async fn h24_commands_start_in_the_pinned_root_not_where_its_path_leads() {
     let (out, _) = d.invoke(&a, "exec_command", r#"{"cmd":"cat file"}"#).await;
     assert!(out.contains("real") && !out.contains("decoy"), "{out}");
 }
+
+/// H20 with the user's global git config (review finding): `core.hooksPath = .githooks` in
+/// `~/.gitconfig` points into every worktree. The sandbox cannot make that directory; the
+/// host's next commit runs nothing. Baseline first: on the host the same hook runs.
+#[tokio::test]
+async fn h20_a_hooks_path_from_the_global_git_config_is_protected_too() {
+    let user = common::TestUser::create("h20g");
+    let home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(user.uid))
+        .unwrap()
+        .unwrap()
+        .dir;
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join(".gitconfig"), "[core]\n\thooksPath = .githooks\n").unwrap();
+    let repo = user.dir.join("repo");
+    let marker = user.dir.join("GLOBAL-HOOK-RAN");
+    host_sh(&format!(
+        "chown -R {0}:{1} '{2}' && chmod 700 '{2}'",
+        user.uid,
+        user.gid,
+        home.display()
+    ));
+    let as_user = |script: &str| {
+        host_sh(&format!(
+            "setpriv --reuid {} --regid {} --init-groups env HOME='{}' sh -c '{}'",
+            user.uid,
+            user.gid,
+            home.display(),
+            script
+        ))
+    };
+    let (code, out) = as_user(&format!(
+        "git init -q {0} && cd {0} && git config user.email t@t && git config user.name t",
+        repo.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    let plant = format!(
+        "mkdir -p .githooks && printf \"#!/bin/sh\\ntouch {}\\n\" > .githooks/pre-commit \
+         && chmod +x .githooks/pre-commit",
+        marker.display()
+    );
+    let commit = || {
+        let _ = std::fs::remove_file(&marker);
+        as_user(&format!(
+            "cd {} && echo x >> f && git add f && git commit -qm x >/dev/null 2>&1; true",
+            repo.display()
+        ));
+        exists(&marker)
+    };
+    // Baseline on the host.
+    as_user(&format!("cd {} && {plant}", repo.display()));
+    assert!(commit(), "baseline: the global hooksPath hook did not run");
+    as_user(&format!("rm -rf {}/.githooks", repo.display()));
+    assert!(!commit());
+
+    let d = Daemon::start(&[]).await;
+    let socket = d.open_to_local_users();
+    let (code, out, err) = user.corral(
+        &socket,
+        &[
+            "exec",
+            "--mode",
+            "workspace-write",
+            "--cwd",
+            repo.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &plant,
+        ],
+    );
+    assert_ne!(code, 0, "{out} {err}");
+    assert!(
+        err.contains("protected") || out.contains("protected"),
+        "refused by the guard: {out} {err}"
+    );
+    assert!(
+        !commit(),
+        "the host's commit ran a hook the sandbox planted"
+    );
+    assert!(!exists(&repo.join(".githooks/pre-commit")));
+    // The allowed path: the worktree itself is writable.
+    let (code, _, err) = user.corral(
+        &socket,
+        &[
+            "exec",
+            "--mode",
+            "workspace-write",
+            "--cwd",
+            repo.to_str().unwrap(),
+            "--",
+            "touch",
+            "allowed.txt",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(exists(&repo.join("allowed.txt")));
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -143,7 +143,7 @@ fn escaped(c: char) -> String {
 }
 
 /// Model text for a prompt: hidden characters escaped, one line, at most [`SHOWN_CHARS`].
-fn visible(text: &str) -> String {
+pub(super) fn visible(text: &str) -> String {
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {
         if i == SHOWN_CHARS {
@@ -186,7 +186,7 @@ fn describe(request: &api::ApprovalRequest) -> String {
 }
 
 /// The shell words cut to [`SHOWN_CHARS`] with a note, as [`visible`] cuts text.
-fn visible_words(words: &str) -> String {
+pub(super) fn visible_words(words: &str) -> String {
     match words.char_indices().nth(SHOWN_CHARS) {
         Some((at, _)) => format!(
             "{}… [{} more characters not shown]",
@@ -199,7 +199,7 @@ fn visible_words(words: &str) -> String {
 
 /// The argv as a shell would read it: single-quoted where needed, and `$'…'` with escapes
 /// where a word holds a hidden character (an escape sequence, CR, a direction override).
-fn shell_words(argv: &[String]) -> String {
+pub(super) fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             let plain = !a.is_empty()

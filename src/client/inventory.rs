@@ -60,7 +60,8 @@ pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32
             mode_name(s.mode),
             format!("{}s", s.idle_seconds),
             if s.network_access { "on" } else { "off" },
-            s.cwd
+            // A path is the user's, but may hold anything: nothing reaches the terminal raw.
+            super::approve::visible(&s.cwd)
         ));
     }
     print!("{text}");
@@ -123,17 +124,19 @@ pub(super) async fn processes(
     }
     let width = rows.iter().map(|(id, _)| id.len()).max().unwrap_or(0);
     let mut text = format!(
-        "{:<width$}  {:>7}  {:<10}  {:<3}  COMMAND\n",
-        "SESSION", "PROCESS", "STATE", "TTY"
+        "{:<width$}  {:>7}  {:<10}  {:<3}  {:<7}  COMMAND\n",
+        "SESSION", "PROCESS", "STATE", "TTY", "SANDBOX"
     );
     for (id, p) in &rows {
         text.push_str(&format!(
-            "{:<width$}  {:>7}  {:<10}  {:<3}  {}\n",
+            "{:<width$}  {:>7}  {:<10}  {:<3}  {:<7}  {}\n",
             id,
             p.process_id,
             state(p),
             if p.tty { "yes" } else { "no" },
-            p.command.join(" ")
+            if p.escalated { "OUTSIDE" } else { "yes" },
+            // The model chose the command: escape sequences in it must not drive the terminal.
+            super::approve::visible_words(&super::approve::shell_words(&p.command))
         ));
     }
     print!("{text}");

@@ -476,7 +476,7 @@ impl Executor {
 }
 
 /// The process a call names: write_stdin's `session_id`, or a typed call's `process_id`.
-fn named_process(call: &Call) -> Option<i32> {
+pub(crate) fn named_process(call: &Call) -> Option<i32> {
     use crate::wire::process_call::Op;
     match call {
         Call::Invoke(r) if r.name == "write_stdin" => {

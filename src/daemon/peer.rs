@@ -135,44 +135,52 @@ pub fn refuse_if_in_a_corral_sandbox(caller: Caller) -> Result<(), Status> {
         return Ok(());
     }
     match corral_sandbox_of(pid) {
-        Some(which) => Err(Status::permission_denied(format!(
+        Ok(Some(which)) => Err(Status::permission_denied(format!(
             "the calling process runs inside a corral sandbox ({which}); a sandboxed command may \
              not open sessions, on this daemon or any other (spec/sandbox.md H19)"
         ))),
-        None => Ok(()),
+        Ok(None) => Ok(()),
+        // Gone (a process that connected, handed the socket on and exited) or unreadable: it
+        // cannot be told from a sandbox, so it is treated as one.
+        Err(e) => Err(Status::permission_denied(format!(
+            "cannot inspect the calling process ({e}) to tell whether it runs inside a corral \
+             sandbox; connect from a process that stays alive for its calls"
+        ))),
     }
 }
 
 /// How `pid` is known to run inside a corral sandbox: its cgroup is one of a daemon's worker
 /// cgroups, or one of its ancestors is a `corral __worker` (a sandboxed process cannot leave
 /// the worker's process tree: the worker is a child subreaper). `None` if neither.
-fn corral_sandbox_of(pid: i32) -> Option<String> {
-    if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        && let Some(at) = text.find(&format!("/{}/daemon-", crate::sandbox::cgroup::WORKERS_DIR))
-    {
+/// `Err` when the process (or an ancestor on the way) cannot be read: undecided, which the
+/// caller treats as sandboxed.
+fn corral_sandbox_of(pid: i32) -> std::io::Result<Option<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    if let Some(at) = text.find(&format!("/{}/daemon-", crate::sandbox::cgroup::WORKERS_DIR)) {
         let rest = &text[at + 1..];
         let group = rest.split(['\n', ' ']).next().unwrap_or(rest);
-        return Some(format!("cgroup {group}"));
+        return Ok(Some(format!("cgroup {group}")));
     }
+    let unreadable =
+        |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
     let mut at = pid;
     for _ in 0..64 {
-        let status = std::fs::read_to_string(format!("/proc/{at}/status")).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{at}/status"))?;
         let ppid: i32 = status
             .lines()
-            .find_map(|l| l.strip_prefix("PPid:"))?
-            .trim()
-            .parse()
-            .ok()?;
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| unreadable("no PPid"))?;
         if ppid <= 1 {
-            return None;
+            return Ok(None);
         }
-        let cmdline = std::fs::read(format!("/proc/{ppid}/cmdline")).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{ppid}/cmdline"))?;
         if cmdline.split(|b| *b == 0).nth(1) == Some(b"__worker".as_slice()) {
-            return Some(format!("worker process {ppid}"));
+            return Ok(Some(format!("worker process {ppid}")));
         }
         at = ppid;
     }
-    None
+    Err(unreadable("ancestry deeper than 64"))
 }
 
 /// Whether the caller process `pid` (from the socket's peer credentials), claiming `uid`, must be
@@ -205,6 +213,30 @@ pub fn is_sandboxed(pid: Option<i32>, uid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// H19: a caller that cannot be inspected (it connected, handed the socket on and exited)
+    /// cannot be told from a sandboxed one, so it opens nothing.
+    #[test]
+    fn a_caller_that_is_gone_is_refused_sessions() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        let gone = Caller {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: 0,
+            pid: Some(pid),
+            credential: None,
+            credential_sandboxed_only: false,
+        };
+        let e = refuse_if_in_a_corral_sandbox(gone).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        // This process (not in a sandbox) is not refused.
+        let me = Caller {
+            pid: Some(std::process::id() as i32),
+            ..gone
+        };
+        assert!(refuse_if_in_a_corral_sandbox(me).is_ok());
+    }
 
     fn plain() -> Confinement {
         Confinement {

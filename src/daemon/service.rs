@@ -186,6 +186,14 @@ impl CorralService {
             .session(&trace.session_id, trace.caller)
             .map_err(Refused::Status)?;
         trace.place(&session);
+        // A process running outside the sandbox (an escalated exec_command or StartProcess) is
+        // danger-full-access too: writing to it, reading, signalling it need what opening such
+        // a session needs (H19).
+        if let Some(id) = crate::daemon::executor::named_process(call)
+            && session.processes.home_of(id).is_some_and(|h| h.escalated)
+        {
+            crate::daemon::peer::refuse_if_sandboxed(trace.caller).map_err(Refused::Status)?;
+        }
         // A model's call of a tool outside the session's set is Codex's `unsupported call:
         // NAME`; nothing runs.
         if let Call::Invoke(r) = call
@@ -1160,8 +1168,9 @@ impl Bridge for CorralService {
             .check(&req.approval_id, Instant::now())
             .map_err(refused)?;
         // The user decides, never the model: a sandboxed process (a command the model runs)
-        // that reaches the socket cannot decide anything.
-        if crate::daemon::peer::is_sandboxed(caller.pid, caller.uid) {
+        // that reaches the socket — or a credential that may have been read by one (H19) —
+        // cannot decide anything.
+        if crate::daemon::peer::full_access_refusal(caller).is_some() {
             return Err(unmatched(status::sandboxed_decider()));
         }
         let parked = session

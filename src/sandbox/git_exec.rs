@@ -8,14 +8,16 @@
 //! repository's own git directories (which the sandbox cannot change), never following a
 //! symlink for the config file itself.
 
-use super::roots::{
-    PolicyError, Resolved, inside_any, inspect, read_pointer_file, resolve_checked,
-};
+use super::roots::{PolicyError, Resolved, inside_any, inspect, resolve_checked};
 use std::io;
 use std::path::{Path, PathBuf};
 
 /// How deep `include.path` chains are followed (git's own limit is 10).
 const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// The largest config file read (a repository's config with many branches and remotes is tens
+/// of KiB; a larger file fails the session closed).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// One `key = value` of a config file: lower-case section and key, the subsection as written.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,7 +42,66 @@ pub fn executed_paths(
             read_config(&gitdir.join(name), worktree, roots, 0, &mut found)?;
         }
     }
+    // The caller's global and the system config apply to every repository: a relative
+    // `core.hooksPath` there points into each worktree. One this user may not read, git run as
+    // this user may not read either.
+    // Such a file is often a link (dotfiles): resolved first, and protected itself when it
+    // lies under a writable root (or guarded there while missing: a sandbox that could write
+    // `~/.gitconfig` could set `core.hooksPath` for every repository).
+    for file in global_configs() {
+        let Some(real) = found.add(Path::new("/"), &file, roots)? else {
+            continue;
+        };
+        match read_config(&real, worktree, roots, 0, &mut found) {
+            Err(PolicyError::Inspect { cause, .. }) if cause.contains("Permission denied") => {}
+            other => other?,
+        }
+    }
     Ok((found.exists, found.missing))
+}
+
+/// The config files git reads for every repository of this user (this runs as the caller):
+/// the system file, `$XDG_CONFIG_HOME/git/config` (default `~/.config/git/config`) and
+/// `~/.gitconfig`.
+fn global_configs() -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from("/etc/gitconfig")];
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::geteuid()) {
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| user.dir.join(".config"));
+        files.push(xdg.join("git/config"));
+        files.push(user.dir.join(".gitconfig"));
+    }
+    files
+}
+
+/// A config file's text: a regular file, its last component not followed (an include target
+/// that is a link was resolved by [`Found::add`] first), no blocking on a FIFO, at most
+/// [`MAX_CONFIG_BYTES`].
+fn read_text(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES).read_to_string(&mut text)?;
+    Ok(text)
 }
 
 #[derive(Default)]
@@ -82,7 +143,7 @@ fn read_config(
     depth: usize,
     found: &mut Found,
 ) -> Result<(), PolicyError> {
-    let text = match read_pointer_file(file) {
+    let text = match read_text(file) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(inspect(file, e)),
@@ -97,9 +158,12 @@ fn read_config(
             ("core", "hookspath") => {
                 found.add(worktree, &expand_home(value), roots)?;
             }
+            // The hook program, and any later word that is a path (`sh tools/fsmon.sh`).
             ("core", "fsmonitor") if !is_boolean(value) => {
-                if let Some(program) = value.split_whitespace().next() {
-                    found.add(worktree, &expand_home(program), roots)?;
+                for (i, word) in value.split_whitespace().enumerate() {
+                    if i == 0 || word.contains('/') {
+                        found.add(worktree, &expand_home(word), roots)?;
+                    }
                 }
             }
             // Relative includes are relative to the including file. Every conditional include
@@ -296,12 +360,21 @@ mod tests {
             "[core]\n\tfsmonitor = tools/monitor\n",
         )
         .unwrap();
+        // A real repository's config easily passes 4 KiB (many branches and remotes).
+        let branches: String = (0..200)
+            .map(|i| {
+                format!("[branch \"feature-{i}\"]\n\tremote = origin\n\tmerge = refs/heads/f{i}\n")
+            })
+            .collect();
         std::fs::write(
             git.join("config"),
-            "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.inc\n\
-             [includeIf \"onbranch:main\"]\n\tpath = /etc/outside.inc\n",
+            format!(
+                "{branches}[core]\n\thooksPath = .husky\n[include]\n\tpath = ../extra.inc\n\
+                 [includeIf \"onbranch:main\"]\n\tpath = /etc/outside.inc\n"
+            ),
         )
         .unwrap();
+        assert!(std::fs::metadata(git.join("config")).unwrap().len() > 10_000);
         let roots = vec![root.clone()];
         let (exists, missing) = executed_paths(&root, &[git], &roots).unwrap();
         assert_eq!(exists, vec![root.join(".husky"), root.join("extra.inc")]);
