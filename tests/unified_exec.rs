@@ -288,9 +288,15 @@ async fn sixty_five_processes_evict_the_oldest() {
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
     let s = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
+    // Durations unique to this test process: the host-wide process counts below must not see
+    // another run of this suite on the same machine (two CI runs side by side counted 128).
+    let (oldest, rest) = {
+        let base = 100_000 + 2 * (std::process::id() % 400_000);
+        (base, base + 1)
+    };
     let mut first = None;
     for i in 0..65 {
-        let secs = if i == 0 { 6001 } else { 6002 };
+        let secs = if i == 0 { oldest } else { rest };
         let (out, ok) = d
             .invoke(
                 &s,
@@ -318,16 +324,20 @@ async fn sixty_five_processes_evict_the_oldest() {
         )
     );
     assert!(
-        eventually(Duration::from_secs(5), || host_pids("slee[p] 6001")
-            .is_empty())
+        eventually(Duration::from_secs(5), || host_pids(&format!(
+            "slee[p] {oldest}$"
+        ))
+        .is_empty())
         .await,
         "the evicted process survived"
     );
-    assert_eq!(host_pids("slee[p] 6002").len(), 64);
+    assert_eq!(host_pids(&format!("slee[p] {rest}$")).len(), 64);
     close(&d, &s).await;
     assert!(
-        eventually(Duration::from_secs(10), || host_pids("slee[p] 6002")
-            .is_empty())
+        eventually(Duration::from_secs(10), || host_pids(&format!(
+            "slee[p] {rest}$"
+        ))
+        .is_empty())
         .await
     );
 }
