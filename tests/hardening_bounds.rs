@@ -5,47 +5,9 @@
 
 mod common;
 
-use common::{Daemon, TestUser, outside, scratch};
+use common::{Daemon, DaemonCgroup, TestUser, outside, scratch};
 use corral::api::SandboxMode;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// A v1 pids cgroup capped at `max` for the daemon under test; removed on drop.
-struct PidsCap(PathBuf);
-
-impl PidsCap {
-    fn create(max: u64) -> Option<PidsCap> {
-        let root = std::path::Path::new("/sys/fs/cgroup/pids");
-        if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
-            return None;
-        }
-        let dir = root.join(format!("corral-h21-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).ok()?;
-        std::fs::write(dir.join("pids.max"), max.to_string()).ok()?;
-        Some(PidsCap(dir))
-    }
-}
-
-impl Drop for PidsCap {
-    fn drop(&mut self) {
-        fn rmdirs(dir: &std::path::Path) -> bool {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        rmdirs(&e.path());
-                    }
-                }
-            }
-            std::fs::remove_dir(dir).is_ok()
-        }
-        for _ in 0..100 {
-            if rmdirs(&self.0) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
 
 /// Forks until refused (up to 1500), each child pausing with its output closed; prints how
 /// many started.
@@ -67,7 +29,7 @@ print(n)
 
 #[tokio::test]
 async fn a_root_sessions_fork_bomb_stops_at_its_process_limit() {
-    let Some(cap) = PidsCap::create(3000) else {
+    let Some(cap) = DaemonCgroup::create_in("pids", "h21", "pids.max", 3000) else {
         assert!(
             !nix::unistd::geteuid().is_root(),
             "root without a v1 pids controller: H21 cannot be tested here"
@@ -77,7 +39,7 @@ async fn a_root_sessions_fork_bomb_stops_at_its_process_limit() {
     let conf_dir = outside();
     let conf = conf_dir.path().join("corral.toml");
     std::fs::write(&conf, "[policy.default]\nmax_processes = 200\n").unwrap();
-    let join = format!("echo $$ > {}/cgroup.procs; exec \"$@\"", cap.0.display());
+    let join = cap.join_script();
     let d = Daemon::start_wrapped(
         &["sh", "-c", &join, "sh"],
         &["--config", conf.to_str().unwrap()],

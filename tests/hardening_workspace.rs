@@ -819,6 +819,17 @@ async fn h1_apply_patch_racing_a_symlink_swap_plants_nothing() {
     }
 }
 
+/// Commits a change in `repo` with `run` (the host, as some user) and says whether a planted
+/// hook ran (it writes `marker`).
+fn commit_runs_hook(run: &dyn Fn(&str) -> (i32, String), repo: &Path, marker: &Path) -> bool {
+    let _ = std::fs::remove_file(marker);
+    run(&format!(
+        "cd \"{}\" && echo x >> file && git add file && git commit -qm x >/dev/null 2>&1; true",
+        repo.display()
+    ));
+    exists(marker)
+}
+
 /// H20 (red team finding 4, H1-05): a husky-style repository (`core.hooksPath .husky`) runs its
 /// hooks from the worktree. The hooks directory — and a hooks path or fsmonitor hook an
 /// included config file names — is read-only in the sandbox, so nothing the sandbox writes runs
@@ -842,14 +853,7 @@ async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
         "printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit",
         marker.display()
     );
-    let host_commit = || {
-        let _ = std::fs::remove_file(&marker);
-        host_sh(&format!(
-            "cd '{}' && echo x >> file && git add file && git commit -qm x >/dev/null 2>&1; true",
-            repo.display()
-        ));
-        exists(&marker)
-    };
+    let host_commit = || commit_runs_hook(&host_sh, &repo, &marker);
     // Baseline: on the host, the same write makes the next commit run it.
     host_sh(&format!("cd '{}' && {plant}", repo.display()));
     assert!(host_commit(), "baseline: the planted hook did not run");
@@ -979,14 +983,7 @@ async fn h20_a_hooks_path_from_the_global_git_config_is_protected_too() {
          && chmod +x .githooks/pre-commit",
         marker.display()
     );
-    let commit = || {
-        let _ = std::fs::remove_file(&marker);
-        as_user(&format!(
-            "cd {} && echo x >> f && git add f && git commit -qm x >/dev/null 2>&1; true",
-            repo.display()
-        ));
-        exists(&marker)
-    };
+    let commit = || commit_runs_hook(&as_user, &repo, &marker);
     // Baseline on the host.
     as_user(&format!("cd {} && {plant}", repo.display()));
     assert!(commit(), "baseline: the global hooksPath hook did not run");

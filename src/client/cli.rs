@@ -282,31 +282,7 @@ impl Failure {
     /// `{"error": {"code": "NOT_FOUND", "message": …}}` for --json (`code` is null when the
     /// daemon was not reached or did not answer with a status).
     fn json(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code.map(code_name), "message": self.message}})
-    }
-}
-
-/// The canonical name of a gRPC status code (`NOT_FOUND`), as every gRPC library spells it.
-fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
+        json!({"error": {"code": self.code.map(crate::grpc_code_name), "message": self.message}})
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::api;
 use crate::daemon::identity::Caller;
+use crate::grpc_code_name as code_name;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
 use serde::Serialize;
@@ -280,19 +281,6 @@ impl Outcome {
             bytes_out,
         }
     }
-}
-
-fn code_name(code: tonic::Code) -> String {
-    let name = format!("{code:?}");
-    // CamelCase → SCREAMING_SNAKE_CASE, as gRPC names its codes.
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    out
 }
 
 /// The tool and the argv or paths a call names (never contents).

@@ -143,15 +143,7 @@ impl MemoryCgroups {
             ));
         }
         let dir = self.dir.join(name);
-        if let Err(e) = fs::create_dir(&dir) {
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(with_path(e, "mkdir", &dir));
-            }
-            fs::remove_dir(&dir).map_err(|e| with_path(e, "rmdir stale", &dir))?;
-            fs::create_dir(&dir).map_err(|e| with_path(e, "mkdir", &dir))?;
-        }
-        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let procs = fresh_dir(&dir)?;
         // From here the directory is removed again if a limit cannot be written.
         let mut cg = WorkerCgroup {
             version: self.version,
@@ -185,18 +177,9 @@ impl Drop for MemoryCgroups {
 
 impl PidsGroup {
     fn create(dir: &Path) -> io::Result<PidsGroup> {
-        if let Err(e) = fs::create_dir(dir) {
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(with_path(e, "mkdir", dir));
-            }
-            fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir stale", dir))?;
-            fs::create_dir(dir).map_err(|e| with_path(e, "mkdir", dir))?;
-        }
-        let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(PidsGroup {
+            procs: fresh_dir(dir)?,
             dir: dir.to_path_buf(),
-            procs,
             own_dir: true,
         })
     }
@@ -205,25 +188,50 @@ impl PidsGroup {
 impl Drop for PidsGroup {
     /// Removes a v1 group once its last member is gone (the memory cgroup's drop killed them).
     fn drop(&mut self) {
-        if !self.own_dir {
-            return;
+        if self.own_dir {
+            remove_when_empty(&self.dir, || kill_listed_members(&self.dir));
         }
-        for attempt in 0..40 {
-            match fs::remove_dir(&self.dir) {
-                Ok(()) => return,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-                Err(_) => {
-                    if attempt == 3
-                        && let Ok(text) = fs::read_to_string(self.dir.join("cgroup.procs"))
-                    {
-                        for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                            // SAFETY: signalling a pid; one that exited meanwhile gives ESRCH.
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(5 * (attempt.min(5) + 1)));
+    }
+}
+
+/// Makes the cgroup directory `dir` (replacing a leftover one without members); its
+/// `cgroup.procs` path, built now so that joining from a forked child allocates nothing.
+fn fresh_dir(dir: &Path) -> io::Result<CString> {
+    if let Err(e) = fs::create_dir(dir) {
+        if e.kind() != io::ErrorKind::AlreadyExists {
+            return Err(with_path(e, "mkdir", dir));
+        }
+        fs::remove_dir(dir).map_err(|e| with_path(e, "rmdir stale", dir))?;
+        fs::create_dir(dir).map_err(|e| with_path(e, "mkdir", dir))?;
+    }
+    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Removes the cgroup directory `dir`. A cgroup stays busy for a moment after its last member
+/// is reaped (v1 offlines the memory first), hence the retries; `kill` runs on members still
+/// alive after the first attempts. Never panics; gives up after about a second.
+fn remove_when_empty(dir: &Path, kill: impl Fn()) {
+    for attempt in 0..40 {
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(_) => {
+                if attempt == 3 {
+                    kill();
                 }
+                std::thread::sleep(Duration::from_millis(5 * (attempt.min(5) + 1)));
             }
+        }
+    }
+}
+
+/// SIGKILLs every process `dir/cgroup.procs` lists.
+fn kill_listed_members(dir: &Path) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: signalling a pid; a member that exited meanwhile gives ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }
@@ -380,32 +388,14 @@ impl WorkerCgroup {
         {
             return;
         }
-        if let Ok(text) = fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                // SAFETY: signalling a pid; a member that exited meanwhile gives ESRCH.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
+        kill_listed_members(&self.dir);
     }
 }
 
 impl Drop for WorkerCgroup {
-    /// Removes the directory. A cgroup stays busy for a moment after its last member is reaped
-    /// (v1 offlines the memory first), hence the retries; members still alive are killed after
-    /// the first attempts. Never panics; gives up after about a second.
+    /// Removes the directory (see [`remove_when_empty`]), killing members still alive.
     fn drop(&mut self) {
-        for attempt in 0..40 {
-            match fs::remove_dir(&self.dir) {
-                Ok(()) => return,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-                Err(_) => {
-                    if attempt == 3 {
-                        self.kill_members();
-                    }
-                    std::thread::sleep(Duration::from_millis(5 * (attempt.min(5) + 1)));
-                }
-            }
-        }
+        remove_when_empty(&self.dir, || self.kill_members());
     }
 }
 
@@ -593,12 +583,7 @@ fn pids_home(version: CgroupVersion, own: &Path, memory_dir: &Path) -> Option<Pi
                 .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
             let own = own_cgroup_dir_of(&cgroups, &mountinfo, CgroupVersion::V1, "pids")
                 .ok_or("no cgroup v1 pids controller mounted")?;
-            let workers = own.join(WORKERS_DIR);
-            mkdir_ok_if_exists(&workers)?;
-            remove_stale(&workers);
-            let dir = workers.join(format!("daemon-{}", std::process::id()));
-            mkdir_ok_if_exists(&dir)?;
-            Ok(PidsHome::V1(dir))
+            Ok(PidsHome::V1(daemon_dir(&own)?.1))
         })(),
     };
     match found {
@@ -616,11 +601,7 @@ fn pids_home(version: CgroupVersion, own: &Path, memory_dir: &Path) -> Option<Pi
 /// Makes `<own>/corral-workers/daemon-<pid>` (clearing directories of daemons that are gone)
 /// and, on v2, enables `memory` for the children of both levels.
 fn prepare(version: CgroupVersion, own: &Path) -> Result<MemoryCgroups, String> {
-    let workers = own.join(WORKERS_DIR);
-    mkdir_ok_if_exists(&workers)?;
-    remove_stale(&workers);
-    let dir = workers.join(format!("daemon-{}", std::process::id()));
-    mkdir_ok_if_exists(&dir)?;
+    let (workers, dir) = daemon_dir(own)?;
     let mut m = MemoryCgroups {
         version,
         dir,
@@ -643,6 +624,17 @@ fn prepare(version: CgroupVersion, own: &Path) -> Result<MemoryCgroups, String> 
             .map_err(|e| format!("creating a test cgroup: {e}"))?;
     }
     Ok(m)
+}
+
+/// `<own>/corral-workers` and this daemon's `daemon-<pid>` in it, made, with the directories
+/// of daemons that are gone cleared.
+fn daemon_dir(own: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let workers = own.join(WORKERS_DIR);
+    mkdir_ok_if_exists(&workers)?;
+    remove_stale(&workers);
+    let dir = workers.join(format!("daemon-{}", std::process::id()));
+    mkdir_ok_if_exists(&dir)?;
+    Ok((workers, dir))
 }
 
 fn mkdir_ok_if_exists(p: &Path) -> Result<(), String> {

@@ -8,7 +8,7 @@
 //! repository's own git directories (which the sandbox cannot change), never following a
 //! symlink for the config file itself.
 
-use super::roots::{PolicyError, Resolved, inside_any, inspect, resolve_checked};
+use super::roots::{PolicyError, Resolved, inside_any, inspect, read_small_file, resolve_checked};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ const MAX_INCLUDE_DEPTH: usize = 10;
 
 /// The largest config file read (a repository's config with many branches and remotes is tens
 /// of KiB; a larger file fails the session closed).
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
+const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// One `key = value` of a config file: lower-case section and key, the subsection as written.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,34 +76,6 @@ fn global_configs() -> Vec<PathBuf> {
     files
 }
 
-/// A config file's text: a regular file, its last component not followed (an include target
-/// that is a link was resolved by [`Found::add`] first), no blocking on a FIFO, at most
-/// [`MAX_CONFIG_BYTES`].
-fn read_text(path: &Path) -> io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {MAX_CONFIG_BYTES} bytes"),
-        ));
-    }
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES).read_to_string(&mut text)?;
-    Ok(text)
-}
-
 #[derive(Default)]
 struct Found {
     exists: Vec<PathBuf>,
@@ -143,7 +115,7 @@ fn read_config(
     depth: usize,
     found: &mut Found,
 ) -> Result<(), PolicyError> {
-    let text = match read_text(file) {
+    let text = match read_small_file(file, MAX_CONFIG_BYTES) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(inspect(file, e)),

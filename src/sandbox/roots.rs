@@ -366,6 +366,12 @@ fn git_dir_markers(
 /// Reads a small pointer file (`.git`, `commondir`) without trusting it: no symlink followed,
 /// never blocking (a FIFO), regular files only, at most [`MAX_POINTER_FILE_BYTES`].
 pub(super) fn read_pointer_file(path: &Path) -> io::Result<String> {
+    read_small_file(path, MAX_POINTER_FILE_BYTES)
+}
+
+/// A regular file's text, its last component not followed, never blocking (a FIFO), at most
+/// `max` bytes (more is an error, not a truncation).
+pub(super) fn read_small_file(path: &Path, max: usize) -> io::Result<String> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -380,12 +386,11 @@ pub(super) fn read_pointer_file(path: &Path) -> io::Result<String> {
         ));
     }
     let mut buf = Vec::with_capacity(256);
-    file.take(MAX_POINTER_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut buf)?;
-    if buf.len() > MAX_POINTER_FILE_BYTES {
+    file.take(max as u64 + 1).read_to_end(&mut buf)?;
+    if buf.len() > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("larger than {MAX_POINTER_FILE_BYTES} bytes"),
+            format!("larger than {max} bytes"),
         ));
     }
     Ok(String::from_utf8_lossy(&buf).into_owned())

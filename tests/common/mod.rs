@@ -477,20 +477,26 @@ pub fn host_sh(script: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// A v1 memory cgroup with a cap for a daemon under test, so a test that could exhaust memory
-/// cannot hurt the host; removed on drop with the worker groups the daemon made inside it.
+/// A v1 memory (or other controller's) cgroup with a cap for a daemon under test, so a test
+/// that could exhaust memory (or the pid table) cannot hurt the host; removed on drop with the worker groups the daemon made inside it.
 /// `None` where the controller is absent or the test is not root.
 pub struct DaemonCgroup(pub PathBuf);
 
 impl DaemonCgroup {
     pub fn create(tag: &str, limit_bytes: u64) -> Option<DaemonCgroup> {
-        let root = Path::new("/sys/fs/cgroup/memory");
+        Self::create_in("memory", tag, "memory.limit_in_bytes", limit_bytes)
+    }
+
+    /// The same in the v1 hierarchy of `controller`, capped by writing `limit` to `file`
+    /// (e.g. `pids`, `pids.max`).
+    pub fn create_in(controller: &str, tag: &str, file: &str, limit: u64) -> Option<DaemonCgroup> {
+        let root = Path::new("/sys/fs/cgroup").join(controller);
         if !root.join("cgroup.procs").exists() || !nix::unistd::geteuid().is_root() {
             return None;
         }
         let dir = root.join(format!("corral-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).ok()?;
-        std::fs::write(dir.join("memory.limit_in_bytes"), limit_bytes.to_string()).ok()?;
+        std::fs::write(dir.join(file), limit.to_string()).ok()?;
         Some(DaemonCgroup(dir))
     }
 
