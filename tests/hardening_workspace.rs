@@ -84,13 +84,15 @@ async fn h1_no_protected_name_survives_even_a_write_protected_tree() {
         proj.display()
     ));
 
-    let id = ww(&d, &proj, &[], false).await.unwrap();
     for (name, extra) in [
         (".git", ""),
         (".git", "&& chmod 555 ."),
         (".codex", ""),
         (".agents", "&& chmod 555 ."),
     ] {
+        // H18: a session whose command made a protected name is stopped; each attempt gets
+        // its own session.
+        let id = ww(&d, &proj, &[], false).await.unwrap();
         let r = d.sh(&id, &plant(name, extra)).await;
         assert_ne!(r.exit_code, 0, "{name} {extra}: {}", r.output);
         assert!(r.response.sandbox_denied, "{name}");
@@ -103,8 +105,20 @@ async fn h1_no_protected_name_survives_even_a_write_protected_tree() {
             r.output
         );
         assert!(!r.output.contains("could NOT remove"), "{}", r.output);
+        assert!(
+            r.output.contains("sandbox stopped every process"),
+            "{}",
+            r.output
+        );
         let _ = std::fs::set_permissions(&proj, std::fs::Permissions::from_mode(0o755));
         assert!(!exists(&proj.join(name)), "{name} survived on the host");
+        let refused = d.try_sh(&id, "true").await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        assert!(refused.message().contains("H18"), "{refused:?}");
     }
     assert!(
         !host_git_runs_hook(&proj, &marker),
@@ -119,10 +133,12 @@ async fn h1_no_protected_name_survives_even_a_write_protected_tree() {
 
     // A hard link and a symlink onto the names, and apply_patch: all refused.
     std::fs::write(proj.join("file"), "f").unwrap();
+    let id = ww(&d, &proj, &[], false).await.unwrap();
     let r = d.sh(&id, "ln file .agents; ln -s /etc .codex").await;
     assert_ne!(r.exit_code, 0);
     assert!(!exists(&proj.join(".agents")) && !exists(&proj.join(".codex")));
     assert_eq!(std::fs::read_to_string(proj.join("file")).unwrap(), "f");
+    let id = ww(&d, &proj, &[], false).await.unwrap();
     let (out, ok) = d
         .invoke(
             &id,
@@ -240,6 +256,7 @@ async fn h2_a_root_cannot_become_a_git_dir_and_a_missing_gitdir_is_guarded() {
         !host_git_runs_hook(&proj, &marker),
         "the host's git ran the planted config"
     );
+    let id = ww(&d, &proj, &[&other], false).await.unwrap();
     let (out, ok) = d
         .invoke(
             &id,
@@ -263,6 +280,7 @@ async fn h2_a_root_cannot_become_a_git_dir_and_a_missing_gitdir_is_guarded() {
     assert_ne!(r.exit_code, 0, "{}", r.output);
     assert!(!exists(&other.join("g")), "the missing gitdir was created");
     // Allowed: a project directory named `objects`, files in the other root.
+    let id = ww(&d, &proj, &[&other], false).await.unwrap();
     let r = d
         .sh(
             &id,
@@ -338,6 +356,7 @@ async fn h9_the_parents_of_a_missing_gitdir_cannot_be_moved_and_one_made_in_plac
         "the host's git ran the planted config"
     );
     // Allowed: other directories move, and sub takes other files.
+    let id = ww(&d, &proj, &[], false).await.unwrap();
     let r = d
         .sh(
             &id,
@@ -863,7 +882,6 @@ async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
     ));
     assert!(!host_commit());
 
-    let id = ww(&d, &repo, &[], false).await.unwrap();
     // Overwrite the hook, add another, replace the directory, change the included config.
     for attack in [
         plant.clone(),
@@ -881,6 +899,7 @@ async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
             marker.display()
         ),
     ] {
+        let id = ww(&d, &repo, &[], false).await.unwrap();
         let r = d.sh(&id, &attack).await;
         assert_ne!(r.exit_code, 0, "{attack}: {}", r.output);
         assert!(
@@ -890,6 +909,7 @@ async fn h20_hooks_a_repository_runs_from_its_worktree_are_read_only() {
         assert!(!exists(&repo.join("tools/fsmon")), "{attack}");
     }
     // The allowed path: the rest of the worktree stays writable.
+    let id = ww(&d, &repo, &[], false).await.unwrap();
     let r = d.sh(&id, "echo ok > src.txt && cat src.txt").await;
     assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
 }

@@ -198,6 +198,7 @@ impl Executor {
                 policy,
                 degraded: self.pool.degraded().to_vec(),
                 replaces_a_dead_worker: false,
+                stopped_by: None,
             },
             None,
         )
@@ -218,8 +219,12 @@ impl Executor {
     }
 
     /// Starts (or joins) the session's worker; fails with FAILED_PRECONDITION when the sandbox
-    /// cannot be set up.
-    pub async fn open(&self, policy: &SandboxPolicy) -> Result<(), Status> {
+    /// cannot be set up. A worker that was stopped (H18) is not joined: the new session gets a
+    /// later generation of the policy, and so a sandbox of its own.
+    pub async fn open(&self, policy: &mut SandboxPolicy) -> Result<(), Status> {
+        while self.pool.stopped(policy).await.is_some() {
+            policy.sandbox_generation += 1;
+        }
         self.pool.acquire(policy).await.map(|_| ())
     }
 
@@ -309,7 +314,14 @@ impl Executor {
             // Another call already moved the session.
             return Ok(());
         }
-        let fresh = self.policy_for(session).await?;
+        // A stopped sandbox is not rebuilt for the session (H18): its commands stay refused.
+        if let Some(path) = self.pool.stopped(&current).await {
+            return Err(Status::failed_precondition(
+                crate::sandbox::watcher::stopped_message(&path),
+            ));
+        }
+        let mut fresh = self.policy_for(session).await?;
+        fresh.sandbox_generation = current.sandbox_generation;
         if fresh.writable_roots != current.writable_roots || fresh.root_ids != current.root_ids {
             return Err(Status::failed_precondition(format!(
                 "the session's writable roots are no longer the directories pinned when it \

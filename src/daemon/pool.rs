@@ -17,6 +17,7 @@ use crate::worker::frame;
 use crate::worker::serve::{SPARE_ARG, WORKER_FD, WorkerSpec};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,6 +81,8 @@ pub struct Worker {
     /// What the worker reported about each sandbox layer.
     pub layers: Vec<api::Layer>,
     pid: Option<u32>,
+    /// The protected path whose creation stopped this worker's sandbox (H18), once reported.
+    stopped: Arc<Mutex<Option<PathBuf>>>,
 }
 
 /// A started `corral __worker` that has not received its spec: it has only exec'd and waits on
@@ -317,9 +320,11 @@ impl Worker {
                 }
             }
         });
+        let stopped: Arc<Mutex<Option<PathBuf>>> = Arc::default();
         {
             let pending = pending.clone();
             let dead = dead.clone();
+            let stopped = stopped.clone();
             tokio::spawn(async move {
                 // Replies that arrive together are taken in one read.
                 let mut read_half = tokio::io::BufReader::with_capacity(64 * 1024, read_half);
@@ -327,6 +332,12 @@ impl Worker {
                     while let Ok(Some(reply)) =
                         frame::read_async::<WorkerReply>(&mut read_half).await
                     {
+                        if !reply.guard_stopped.is_empty() {
+                            stopped
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert_with(|| PathBuf::from(&reply.guard_stopped));
+                        }
                         let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
                         let (id, last) = (reply.id, reply.last);
                         if let Some(tx) = table.get(&id) {
@@ -381,7 +392,16 @@ impl Worker {
             hangup,
             layers,
             pid,
+            stopped,
         }))
+    }
+
+    /// The protected path whose creation stopped this worker's sandbox (H18), if one did.
+    pub fn stopped(&self) -> Option<PathBuf> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The worker exited: its reader saw the EOF, or its end of the socket is closed already.
@@ -842,7 +862,11 @@ impl WorkerPool {
             }
             None => false,
         };
-        let worker = self.spawn(policy, replaces_a_dead_worker).await?;
+        // A stop is the session's, not the process's (H18): dying does not undo it.
+        let stopped_by = current.as_ref().and_then(|w| w.stopped());
+        let worker = self
+            .spawn(policy, replaces_a_dead_worker, stopped_by)
+            .await?;
         *current = Some(worker.clone());
         Ok(worker)
     }
@@ -863,6 +887,13 @@ impl WorkerPool {
     pub async fn get(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
         let slot = self.slot(policy, false);
         self.live(policy, &slot).await
+    }
+
+    /// The protected path whose creation stopped the worker for `policy` (H18), if it did.
+    pub async fn stopped(&self, policy: &SandboxPolicy) -> Option<PathBuf> {
+        let slot = self.table().get(policy).map(|e| e.worker.clone())?;
+        let current = slot.lock().await;
+        current.as_ref().and_then(|w| w.stopped())
     }
 
     /// The live worker for `policy`, if there is one (never starts one).
@@ -888,6 +919,7 @@ impl WorkerPool {
         &self,
         policy: &SandboxPolicy,
         replaces_a_dead_worker: bool,
+        stopped_by: Option<PathBuf>,
     ) -> Result<Arc<Worker>, Status> {
         // A spare is only usable if it sits in a cgroup whenever workers get one.
         let spare = self
@@ -940,6 +972,7 @@ impl WorkerPool {
             policy: policy.clone(),
             degraded: self.degraded.clone(),
             replaces_a_dead_worker,
+            stopped_by,
         };
         Worker::specialise(spare, &spec).await
     }

@@ -122,6 +122,7 @@ mod tests {
             skipped_roots: vec![],
             root_ids: vec![],
             protected_names: vec![],
+            sandbox_generation: 0,
             identity: None,
             limits: ResourceLimits::default(),
         }

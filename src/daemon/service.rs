@@ -757,7 +757,8 @@ impl Sessions for CorralService {
         }
         self.check_worker_cap(caller.uid, session.rule.as_ref(), &policy)
             .await?;
-        self.executor.open(&policy).await?;
+        let mut policy = policy;
+        self.executor.open(&mut policy).await?;
         session.policy = Some(policy.clone());
         let session = match self.sessions.insert(session) {
             Ok(s) => s,

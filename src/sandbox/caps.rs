@@ -132,6 +132,21 @@ pub fn keep_capabilities_across_uid_change() -> Result<(), LayerError> {
     })
 }
 
+/// Raises the effective set to the permitted one (what a uid change with `PR_SET_KEEPCAPS`
+/// cleared), for a step between the identity change and the capability drop that needs a
+/// capability of the new uid: the guard's fanotify group (`CAP_SYS_ADMIN`, charged to the
+/// session owner's per-uid count). The drop that follows empties every set again.
+pub fn raise_effective_to_permitted() -> io::Result<()> {
+    let mut data = capget()?;
+    if data.iter().all(|d| d.effective == d.permitted) {
+        return Ok(());
+    }
+    for d in &mut data {
+        d.effective = d.permitted;
+    }
+    capset(&data)
+}
+
 /// Empties the effective, permitted and inheritable sets (lowering them needs no privilege).
 /// For a process that keeps running but never executes anything (the namespace layer's
 /// waiting parent); a confined worker uses [`drop_all_capabilities`].

@@ -153,6 +153,7 @@ mod tests {
             skipped_roots: Vec::new(),
             root_ids: Vec::new(),
             protected_names: Vec::new(),
+            sandbox_generation: 0,
         }
     }
 

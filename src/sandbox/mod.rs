@@ -14,6 +14,7 @@ pub mod landlock;
 pub mod limits;
 pub mod masks;
 pub mod namespaces;
+mod notify;
 pub mod policy;
 pub mod profile;
 pub mod report;

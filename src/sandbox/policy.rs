@@ -112,4 +112,10 @@ pub struct SandboxPolicy {
     /// worker can recompute protection before every call.
     #[serde(default)]
     pub protected_names: Vec<String>,
+    /// Sessions with equal policies share one worker. A session opened while that worker is
+    /// stopped (a command of another session made a protected path, H18) gets the next
+    /// generation — a sandbox of its own — instead of joining the stopped one. Part of the pool
+    /// key; no layer reads it.
+    #[serde(default)]
+    pub sandbox_generation: u32,
 }

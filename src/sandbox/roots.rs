@@ -144,6 +144,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
         skipped_roots: Vec::new(),
         root_ids: Vec::new(),
         protected_names: params.protected_names.clone(),
+        sandbox_generation: 0,
     };
 
     // RO and DFA have no writable roots, hence nothing to protect inside them.

@@ -154,8 +154,12 @@ const SETID: &str = "no set-user-ID/set-group-ID file may be made: the owner may
     without CAP_FSETID, and a setuid copy of a shell in a writable root gives the session's uid \
     (root, for a confined root caller) to any local user outside the sandbox";
 const INOTIFY: &str = "inotify instances are a per-uid, host-wide resource (128 by default): a \
-    sandbox holding them all breaks the caller's own unsandboxed programs. The worker makes the one \
-    instance it needs before this filter; commands get none (file watchers must poll)";
+    sandbox holding them all breaks the caller's own unsandboxed programs. Commands get none (file \
+    watchers must poll)";
+const FANOTIFY: &str = "fanotify groups are a per-uid, host-wide resource (128 by default) that \
+    unprivileged processes may create since Linux 5.13: a sandbox holding them all breaks the \
+    caller's own programs and the guard of every later sandbox of the caller. The worker makes \
+    the one group its guard needs before this filter; commands get none";
 const OPENAT2: &str = "openat2 passes its mode in memory the filter cannot read; ENOSYS makes libc \
     fall back to openat, whose mode the filter sees";
 const RO_TRUNCATE: &str = "read-only mode: Landlock does not handle TRUNCATE there (landlock.rs), \
@@ -293,6 +297,7 @@ pub const RULES: &[SyscallRule] = &[
     #[cfg(target_arch = "x86_64")]
     rule!(SYS_inotify_init,       Always,     When::Always,                        EPERM,  INOTIFY),
     rule!(SYS_inotify_init1,      Always,     When::Always,                        EPERM,  INOTIFY),
+    rule!(SYS_fanotify_init,      Always,     When::Always,                        EPERM,  FANOTIFY),
     // Network off: only AF_UNIX sockets, and no reaching out with them.
     rule!(SYS_socket,             NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
     rule!(SYS_socketpair,         NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
@@ -560,6 +565,7 @@ mod tests {
             skipped_roots: vec![],
             root_ids: vec![],
             protected_names: vec![],
+            sandbox_generation: 0,
             identity: None,
             limits: ResourceLimits::default(),
         }
@@ -928,6 +934,32 @@ mod tests {
             let dir = crate::sandbox::testutil::cstr("/tmp");
             let wd = unsafe { libc::inotify_add_watch(before, dir.as_ptr(), libc::IN_CREATE) };
             expect_success("inotify_add_watch on the earlier instance", wd as i64).map(drop)
+        });
+    }
+
+    /// H13 for fanotify: commands cannot take the caller's per-uid fanotify groups (unprivileged
+    /// ones exist since Linux 5.13); a group made before the filter (the guard's) still marks.
+    #[test]
+    fn fanotify_groups_cannot_be_made_but_an_existing_one_works() {
+        assert_child_ok(|| {
+            let flags = libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_REPORT_DFID_NAME;
+            // SAFETY: plain fanotify calls on our own descriptors.
+            let before = unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) };
+            expect_success("baseline fanotify_init", before as i64)?;
+            apply_in_child(false)?;
+            let rc = unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) };
+            expect_errno("fanotify_init", rc as i64, libc::EPERM)?;
+            let dir = crate::sandbox::testutil::cstr("/tmp");
+            let rc = unsafe {
+                libc::fanotify_mark(
+                    before,
+                    libc::FAN_MARK_ADD,
+                    libc::FAN_CREATE | libc::FAN_ONDIR,
+                    libc::AT_FDCWD,
+                    dir.as_ptr(),
+                )
+            };
+            expect_success("fanotify_mark on the earlier group", rc as i64).map(drop)
         });
     }
 

@@ -4,8 +4,8 @@
 //! the host would be visible to host tools. So while a call runs, the worker guards each guarded
 //! path (`.git`, `.codex`, `.agents`, `HEAD` at a root's top, a `.git` file's missing gitdir)
 //! that was absent when the call started, and takes away any that appears — at once, on the
-//! inotify event, and again in a rescan every 200 ms and when the call ends (which reads the
-//! events still queued, and rescans every guarded path when inotify may have missed one).
+//! creation event, and again in a rescan every 200 ms and when the call ends (which reads the
+//! events still queued, and rescans every guarded path when an event may have been missed).
 //!
 //! Taking it away must work against a sandbox that prepared for it (H1): a tree whose owner
 //! removed its own write bits cannot be emptied, so the name is first **renamed** to a
@@ -17,23 +17,35 @@
 //! The guard also keeps each writable root from being opened to other users (H14): a root whose
 //! mode gains group or other write permission during a call gets its mode back.
 //!
-//! There is **one inotify instance per worker**, created before seccomp (which then denies
-//! `inotify_init` to commands: the instances are a per-uid host-wide resource, H13), shared by
-//! every call through one thread.
+//! **The guard touches only what the sandbox made (H27) and stops it before it races (H18).**
+//! Events come from one fanotify group per worker (`notify.rs`), created before seccomp (which
+//! denies `fanotify_init` and `inotify_init` to commands: groups are a per-uid host-wide
+//! resource, H13) and shared by every call through one thread. In attributed mode each event
+//! says whether a process of this sandbox made the name:
+//! - made by the sandbox: every process of the sandbox is killed first (one `kill(-1)` from the
+//!   worker, PID 1 of the sandbox's PID namespace), then the name is taken away, and the guard
+//!   stays *stopped*: later commands and patches of the worker are refused outright, so a loop
+//!   gets one guard latency per session, not one per attempt;
+//! - made outside (a host process, Codex's own sandbox making its mount points in `/tmp`): left
+//!   alone. If it is a directory, it is watched in turn, and what the sandbox makes inside it
+//!   is stopped and taken away the same way (a host's empty `.git` is not a way in).
+//! Sweeps (the rescans, a call's final scan) only take away what an event attributed to the
+//! sandbox. Without attribution (an unprivileged daemon) every creation counts as the
+//! sandbox's, nothing is stopped, and the sweeps look at every guarded path, as before H27.
 
+use crate::sandbox::notify::{DirKey, Event, Notifier};
 use crate::sandbox::policy::SandboxPolicy;
-use std::collections::HashMap;
-use std::ffi::OsString;
+use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Backstop rescan interval, for anything inotify missed (queue overflow, a watch lost, a
+/// Backstop rescan interval, for anything the events missed (queue overflow, a watch lost, a
 /// guarded path whose parent was replaced).
 const RESCAN: Duration = Duration::from_millis(200);
 
@@ -73,6 +85,16 @@ pub fn root_mode_message(root: &Path, mode: u32) -> String {
     )
 }
 
+/// The output line when the guard stopped the sandbox (H18).
+pub fn stopped_message(path: &Path) -> String {
+    format!(
+        "sandbox stopped every process of this session: a command created protected path {} \
+         (sandbox.md H18); later commands and patches of this session are refused — open a new \
+         session",
+        path.display()
+    )
+}
+
 /// What one call's guard found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct GuardReport {
@@ -82,16 +104,22 @@ pub struct GuardReport {
     pub not_removed: Vec<(PathBuf, String)>,
     /// Roots whose group/other write bits were cleared again, with the mode restored.
     pub roots_restored: Vec<(PathBuf, u32)>,
+    /// The sandbox was stopped because a command made this protected path (H18).
+    pub stopped: Option<PathBuf>,
 }
 
 impl GuardReport {
     pub fn is_empty(&self) -> bool {
-        self.removed.is_empty() && self.not_removed.is_empty() && self.roots_restored.is_empty()
+        self.removed.is_empty()
+            && self.not_removed.is_empty()
+            && self.roots_restored.is_empty()
+            && self.stopped.is_none()
     }
 
     /// One line per finding, for the command's output.
     pub fn lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.removed.iter().map(|p| blocked_message(p)).collect();
+        let mut out: Vec<String> = self.stopped.iter().map(|p| stopped_message(p)).collect();
+        out.extend(self.removed.iter().map(|p| blocked_message(p)));
         out.extend(
             self.not_removed
                 .iter()
@@ -121,6 +149,9 @@ impl GuardReport {
                 self.roots_restored.push((r, m));
             }
         }
+        if self.stopped.is_none() {
+            self.stopped = other.stopped;
+        }
     }
 }
 
@@ -128,7 +159,7 @@ impl GuardReport {
 struct Active {
     guarded: Vec<PathBuf>,
     report: GuardReport,
-    /// Something inotify may have missed for this call (a queue overflow, a watch lost, a
+    /// Something the events may have missed for this call (a queue overflow, a watch lost, a
     /// guarded path's directory not watched or on a filesystem whose events are incomplete):
     /// its final scan must look at every guarded path, not only at what events named.
     dirty: bool,
@@ -137,15 +168,14 @@ struct Active {
 /// One watched directory. Watches are kept for the worker's life (its guarded paths never
 /// change), so a call neither adds nor removes one unless the directory was replaced.
 struct Watch {
-    wd: i32,
+    key: DirKey,
     /// `(st_dev, st_ino)` of the directory the watch is on: a call re-checks that the path
     /// still leads there (an ancestor renamed and replaced sends no event on this watch).
     id: (u64, u64),
-    /// The kernel dropped the watch (`IN_IGNORED`: the directory was deleted, its filesystem
-    /// unmounted). Inode numbers are reused, so `id` alone cannot tell.
+    /// The directory was deleted or moved (or swapped while it was being marked). Inode
+    /// numbers are reused, so `id` alone cannot tell.
     lost: bool,
-    /// The filesystem reports every creation to inotify (a local one), so no event means no
-    /// new name. Elsewhere (NFS, FUSE, ...) a call always rescans at its end.
+    /// The filesystem reports every creation (a local one), so no event means no new name. Elsewhere (NFS, FUSE, ...) a call always rescans at its end.
     complete: bool,
 }
 
@@ -158,10 +188,19 @@ struct State {
     /// When the last call ended: the thread parks once the worker has been idle a while, not
     /// between back-to-back calls (waking it would cost every call).
     last_end: Instant,
+    /// Guarded paths whose latest creation event was the sandbox's and that are still there
+    /// (not taken away yet): what sweeps may take away in attributed mode.
+    sandbox_made: HashSet<PathBuf>,
+    /// Guarded directories a process outside the sandbox made: left alone, and watched, so
+    /// what the sandbox makes inside them is taken away.
+    interiors: Vec<PathBuf>,
 }
 
 struct Inner {
-    inotify: OwnedFd,
+    notify: Notifier,
+    /// Set once a command made a protected path (H18): the sandbox was stopped, and the worker
+    /// refuses later commands and patches.
+    stopped: Mutex<Option<PathBuf>>,
     /// Each writable root and the permission bits it had when the worker started.
     roots: Vec<(PathBuf, u32)>,
     state: Mutex<State>,
@@ -182,19 +221,15 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Creates the guard's inotify instance for a policy's writable roots. Call before seccomp
-    /// (which denies `inotify_init`).
+    /// Creates the guard's fanotify group for a policy's writable roots. Call before seccomp
+    /// (which denies `fanotify_init`), with `CAP_SYS_ADMIN` for attribution.
     pub fn new(policy: &SandboxPolicy) -> io::Result<Self> {
         Self::for_roots(&policy.writable_roots)
     }
 
     /// As [`Guard::new`], for explicit roots.
     pub fn for_roots(writable_roots: &[PathBuf]) -> io::Result<Self> {
-        // SAFETY: inotify_init1 with flags only.
-        let ino = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if ino < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let notify = Notifier::new()?;
         let roots = writable_roots
             .iter()
             .filter_map(|r| {
@@ -204,14 +239,16 @@ impl Guard {
             .collect();
         Ok(Self {
             inner: Arc::new(Inner {
-                // SAFETY: a fresh descriptor we own.
-                inotify: unsafe { OwnedFd::from_raw_fd(ino) },
+                notify,
+                stopped: Mutex::new(None),
                 roots,
                 state: Mutex::new(State {
                     calls: HashMap::new(),
                     dirs: HashMap::new(),
                     parked: false,
                     last_end: Instant::now(),
+                    sandbox_made: HashSet::new(),
+                    interiors: Vec::new(),
                 }),
                 wake: Condvar::new(),
                 trash: Mutex::default(),
@@ -222,9 +259,25 @@ impl Guard {
         })
     }
 
-    /// The inotify descriptor (kept open through confinement's descriptor sweep).
+    /// The fanotify descriptor (kept open through confinement's descriptor sweep).
     pub fn fd(&self) -> &OwnedFd {
-        &self.inner.inotify
+        self.inner.notify.fd()
+    }
+
+    /// Whether creations are attributed to the sandbox or to the host (H27).
+    pub fn attributed(&self) -> bool {
+        self.inner.notify.attributed()
+    }
+
+    /// The protected path whose creation stopped this sandbox (H18), if one did.
+    pub fn stopped(&self) -> Option<PathBuf> {
+        lock(&self.inner.stopped).clone()
+    }
+
+    /// Starts stopped: the worker this one replaces was stopped by `path` (H18 holds for the
+    /// session, not for one worker).
+    pub fn stop_for(&self, path: PathBuf) {
+        lock(&self.inner.stopped).get_or_insert(path);
     }
 
     /// Starts guarding `paths` for one call. Paths that exist now are left alone: they existed
@@ -252,7 +305,7 @@ impl Guard {
         drain(&self.inner, &mut state, &mut trash);
         lock(&self.inner.trash).append(&mut trash);
         // Watches first, then the existence check: a name created in between is either seen as
-        // existing (left alone) or reported by inotify — never missed.
+        // existing (left alone) or reported by an event — never missed.
         let mut watched: Vec<PathBuf> = Vec::new();
         let mut dirty = false;
         for dir in paths.iter().filter_map(|p| p.parent()) {
@@ -307,46 +360,29 @@ fn arm(inner: &Inner, state: &mut State, dir: &Path) -> io::Result<Option<bool>>
     {
         return Ok(Some(w.complete));
     }
-    if let Some(old) = state.dirs.remove(dir)
-        && !old.lost
-        && !state.dirs.values().any(|w| w.wd == old.wd)
-    {
-        // SAFETY: removing our own watch of a directory that was replaced.
-        unsafe { libc::inotify_rm_watch(inner.inotify.as_raw_fd(), old.wd) };
-    }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ONLYDIR | libc::IN_DONT_FOLLOW;
-    // SAFETY: valid descriptor and C string.
-    let wd = unsafe { libc::inotify_add_watch(inner.inotify.as_raw_fd(), c.as_ptr(), mask) };
-    if wd < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::NotFound {
-            Ok(None)
-        } else {
-            Err(e)
-        };
-    }
-    // The path may have been swapped between the stat and the watch: then the watch is on
+    // A mark on a directory that was replaced stays until that inode goes; its events name a
+    // key no path maps to any more, so they are ignored.
+    state.dirs.remove(dir);
+    let Some((key, marked)) = inner.notify.watch(dir)? else {
+        return Ok(None);
+    };
+    // The path may have been swapped between the stat and the mark: then the mark is on
     // another directory than `now`, and the next call re-arms it (this one scans all at its end).
-    let after = std::fs::symlink_metadata(dir)
-        .map(|m| (m.dev(), m.ino()))
-        .ok();
-    let complete = after == Some(now) && events_complete(dir);
+    let complete = marked == now && events_complete(dir);
     state.dirs.insert(
         dir.to_path_buf(),
         Watch {
-            wd,
-            id: now,
-            lost: after != Some(now),
+            key,
+            id: marked,
+            lost: marked != now,
             complete,
         },
     );
     Ok(Some(complete))
 }
 
-/// Whether `dir`'s filesystem reports every new name to inotify: local filesystems do (every
-/// creation goes through this kernel's VFS); network and FUSE filesystems can change behind it.
+/// Whether `dir`'s filesystem reports every new name: local filesystems do (every creation goes
+/// through this kernel's VFS); network and FUSE filesystems can change behind it.
 fn events_complete(dir: &Path) -> bool {
     const EXT4: i64 = 0xEF53;
     const XFS: i64 = 0x5846_5342;
@@ -367,54 +403,84 @@ fn events_complete(dir: &Path) -> bool {
     matches!(kind, EXT4 | XFS | BTRFS | TMPFS | F2FS)
 }
 
-/// Reads and handles every queued event (never blocks): marks dropped watches lost, marks
-/// every active call dirty on an overflow or a lost watch, and takes away the guarded names
-/// the events name, reporting them to every call guarding them. Returns whether the queue
-/// overflowed. Called with `state` locked, so an event is handled before any call can end.
+/// Reads and handles every queued event (never blocks): marks lost watches, marks every active
+/// call dirty on an overflow or a lost watch, stops the sandbox on a creation it made (H18) and
+/// takes away the guarded names the events attribute to it, reporting them to every call
+/// guarding them. Returns whether the queue overflowed. Called with `state` locked, so an event
+/// is handled before any call can end.
 fn drain(inner: &Inner, state: &mut State, trash: &mut Vec<PathBuf>) -> bool {
-    let mut buf = [0u8; 4096];
-    let mut events = Vec::new();
-    loop {
-        // SAFETY: reading into our buffer; the descriptor is non-blocking.
-        let len = unsafe {
-            libc::read(
-                inner.inotify.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if len <= 0 {
-            break;
-        }
-        events.extend(parse_events(&buf[..len as usize]));
+    let events = inner.notify.read();
+    if events.is_empty() {
+        return false;
     }
-    handle_events(state, &events, trash)
+    handle_events(inner, state, &events, trash)
 }
 
 /// [`drain`]'s handling of the events read.
 fn handle_events(
+    inner: &Inner,
     state: &mut State,
-    events: &[(i32, u32, OsString)],
+    events: &[Event],
     trash: &mut Vec<PathBuf>,
 ) -> bool {
+    let attributed = inner.notify.attributed();
     let mut overflow = false;
     let mut candidates: Vec<PathBuf> = Vec::new();
-    for (wd, mask, name) in events {
-        if mask & libc::IN_Q_OVERFLOW != 0 {
+    // The first path a command of the sandbox made (not the worker itself, PID 1: its own
+    // writes are checked before they are made).
+    let mut made_by_command: Option<PathBuf> = None;
+    let mut new_interiors: Vec<PathBuf> = Vec::new();
+    for ev in events {
+        if ev.overflowed() {
             overflow = true;
             continue;
         }
-        // Two paths may lead to one directory (a bind mount): one watch, both paths.
-        for (dir, w) in state.dirs.iter_mut().filter(|(_, w)| w.wd == *wd) {
-            if mask & libc::IN_IGNORED != 0 {
-                w.lost = true;
-                overflow = true;
+        let Some(key) = &ev.dir else { continue };
+        // Two paths may lead to one directory (a bind mount): one mark, both paths.
+        let dirs: Vec<PathBuf> = state
+            .dirs
+            .iter_mut()
+            .filter(|(_, w)| w.key == *key)
+            .map(|(d, w)| {
+                if ev.watch_lost() {
+                    w.lost = true;
+                }
+                d.clone()
+            })
+            .collect();
+        if ev.watch_lost() {
+            overflow |= !dirs.is_empty();
+            continue;
+        }
+        if !ev.is_new_entry() {
+            continue;
+        }
+        let by_sandbox = !attributed || ev.pid != 0;
+        for dir in dirs {
+            let path = dir.join(&ev.name);
+            let guarded = state.calls.values().any(|a| a.guarded.contains(&path));
+            let inside_host_made = state.interiors.contains(&dir);
+            if !guarded && !inside_host_made {
                 continue;
             }
-            let path = dir.join(name);
-            if state.calls.values().any(|a| a.guarded.contains(&path)) {
-                candidates.push(path);
+            if !by_sandbox {
+                // H27: a host process made it; never ours to take away.
+                state.sandbox_made.remove(&path);
+                if guarded && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                    new_interiors.push(path);
+                }
+                continue;
             }
+            if attributed && ev.pid != 1 && made_by_command.is_none() {
+                made_by_command = Some(path.clone());
+            }
+            state.sandbox_made.insert(path.clone());
+            candidates.push(path);
+        }
+    }
+    for dir in new_interiors {
+        if !state.interiors.contains(&dir) && matches!(arm(inner, state, &dir), Ok(Some(_))) {
+            state.interiors.push(dir);
         }
     }
     if overflow {
@@ -422,10 +488,16 @@ fn handle_events(
             a.dirty = true;
         }
     }
+    // H18: stop first, then take away — a loop that is dead cannot put the name back.
+    if let Some(path) = &made_by_command {
+        stop_sandbox();
+        lock(&inner.stopped).get_or_insert_with(|| path.clone());
+    }
     if !candidates.is_empty() {
         candidates.sort();
         candidates.dedup();
-        let found = sweep(&candidates, trash);
+        let mut found = sweep(attributed, state, &candidates, trash);
+        found.stopped = made_by_command.clone();
         // A guarded name that an event named and that is not there any more was moved away
         // (or removed) at once: perhaps with its parent, to be moved back where no event of
         // ours sees it. The calls guarding it look at every guarded path when they end.
@@ -443,6 +515,19 @@ fn handle_events(
         share(state, &found, None);
     }
     overflow
+}
+
+/// H18: kills every process of the sandbox but the worker. The worker is PID 1 of the sandbox's
+/// own PID namespace (attributed mode requires it), so `kill(-1)` reaches exactly the processes
+/// of that namespace — every command of every call, and every process kept for the session —
+/// in one system call. A fork racing the first signal is caught by the second.
+fn stop_sandbox() {
+    debug_assert_eq!(std::process::id(), 1);
+    for _ in 0..2 {
+        // SAFETY: kill with integer arguments; from PID 1 of a PID namespace, -1 means every
+        // other process of that namespace.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+    }
 }
 
 /// One call's registration; [`CallGuard::finish`] ends it with a final scan.
@@ -474,9 +559,9 @@ impl CallGuard {
 
     /// Runs the final scan, stops guarding and reports what was found during the call.
     ///
-    /// Every name the command created is in the inotify queue once it has exited (the kernel
+    /// Every name the command created is in the event queue once it has exited (the kernel
     /// queues the event inside the creating system call), so the final scan reads the queue
-    /// and takes away what it names. Only when inotify may have missed something (the call
+    /// and takes away what it names. Only when an event may have been missed (the call
     /// is dirty, or a watched path now leads to another directory) does it look at every
     /// guarded path.
     pub fn finish(mut self) -> GuardReport {
@@ -495,8 +580,9 @@ impl CallGuard {
             || !seen
                 .iter()
                 .all(|(d, m)| still_watched(&state, d, m.as_ref()));
+        let attributed = self.inner.notify.attributed();
         let mut report = if dirty {
-            sweep(&self.guarded, &mut trash)
+            sweep(attributed, &mut state, &self.guarded, &mut trash)
         } else {
             // A guarded path below a root's top (a `.git` file's missing gitdir) has a parent
             // the sandbox can rename, with the name made inside it and the parent moved back:
@@ -510,7 +596,7 @@ impl CallGuard {
                 })
                 .cloned()
                 .collect();
-            sweep(&nested, &mut trash)
+            sweep(attributed, &mut state, &nested, &mut trash)
         };
         report.roots_restored = restore_roots_with(&self.inner.roots, |root| {
             match seen.iter().find(|(d, _)| *d == root) {
@@ -552,7 +638,7 @@ impl Drop for CallGuard {
 }
 
 fn watch_loop(inner: &Inner) {
-    // The rescan runs on a clock, not only when inotify is quiet: a sandbox that keeps a watched
+    // The rescan runs on a clock, not only when the events are quiet: a sandbox that keeps a watched
     // directory busy must not postpone it (a guarded path whose parent appeared later is found
     // by the rescan alone).
     let mut last_rescan = Instant::now();
@@ -570,7 +656,7 @@ fn watch_loop(inner: &Inner) {
             }
         }
         let mut fds = [libc::pollfd {
-            fd: inner.inotify.as_raw_fd(),
+            fd: inner.notify.fd().as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         }];
@@ -599,10 +685,11 @@ fn watch_loop(inner: &Inner) {
                     .calls
                     .values()
                     .flat_map(|a| a.guarded.iter().cloned())
+                    .chain(state.sandbox_made.iter().cloned())
                     .collect();
                 all.sort();
                 all.dedup();
-                let mut found = sweep(&all, &mut trash);
+                let mut found = sweep(inner.notify.attributed(), &mut state, &all, &mut trash);
                 found.roots_restored = restore_roots(&inner.roots);
                 share(&mut state, &found, None);
             }
@@ -613,7 +700,11 @@ fn watch_loop(inner: &Inner) {
 }
 
 /// Adds what a sweep found to every active call (but `except`) that guards it.
+/// What the sandbox made inside a host-made guarded directory concerns every call; a stop
+/// (which killed every call's processes) too.
 fn share(state: &mut State, found: &GuardReport, except: Option<u64>) {
+    let interiors = &state.interiors;
+    let inside = |p: &PathBuf| p.parent().is_some_and(|d| interiors.iter().any(|i| i == d));
     for (id, active) in state.calls.iter_mut() {
         if Some(*id) == except {
             continue;
@@ -622,52 +713,48 @@ fn share(state: &mut State, found: &GuardReport, except: Option<u64>) {
             removed: found
                 .removed
                 .iter()
-                .filter(|p| active.guarded.contains(p))
+                .filter(|p| active.guarded.contains(p) || inside(p))
                 .cloned()
                 .collect(),
             not_removed: found
                 .not_removed
                 .iter()
-                .filter(|(p, _)| active.guarded.contains(p))
+                .filter(|(p, _)| active.guarded.contains(p) || inside(p))
                 .cloned()
                 .collect(),
             roots_restored: found.roots_restored.clone(),
+            stopped: found.stopped.clone(),
         };
         active.report.merge(mine);
     }
 }
 
-/// Splits a buffer of `struct inotify_event`s into (wd, mask, name).
-fn parse_events(buf: &[u8]) -> Vec<(i32, u32, OsString)> {
-    const HEADER: usize = std::mem::size_of::<libc::inotify_event>();
-    let mut out = Vec::new();
-    let mut off = 0;
-    while off + HEADER <= buf.len() {
-        // SAFETY: the kernel wrote whole events; read_unaligned copes with any alignment.
-        let ev: libc::inotify_event =
-            unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
-        let start = off + HEADER;
-        let end = (start + ev.len as usize).min(buf.len());
-        let raw = &buf[start..end];
-        // The name is NUL-padded.
-        let name = raw.split(|b| *b == 0).next().unwrap_or(&[]);
-        out.push((ev.wd, ev.mask, OsString::from_vec(name.to_vec())));
-        off = end;
-    }
-    out
-}
-
-/// Takes away every path of `paths` that exists now.
+/// Takes away every path of `paths` that exists now and — in attributed mode — that an event
+/// attributed to the sandbox (H27: what a host process made is never touched).
 ///
 /// Renames happen here; the quarantined trees are returned for deletion by the caller once it
 /// has recorded the report (deleting a large tree must not hold up other calls, and a call must
 /// never finish between a removal and its report).
-fn sweep(paths: &[PathBuf], trash: &mut Vec<PathBuf>) -> GuardReport {
+fn sweep(
+    attributed: bool,
+    state: &mut State,
+    paths: &[PathBuf],
+    trash: &mut Vec<PathBuf>,
+) -> GuardReport {
     let mut report = GuardReport::default();
     for p in paths {
+        if attributed && !state.sandbox_made.contains(p) {
+            continue;
+        }
         match take_away(p, trash) {
-            Ok(false) => {}
-            Ok(true) => report.removed.push(p.clone()),
+            // Gone: whatever appears there next comes with an event of its own.
+            Ok(false) => {
+                state.sandbox_made.remove(p);
+            }
+            Ok(true) => {
+                state.sandbox_made.remove(p);
+                report.removed.push(p.clone());
+            }
             Err(cause) => report.not_removed.push((p.clone(), cause)),
         }
     }
@@ -1185,7 +1272,7 @@ mod tests {
     }
 
     /// A root deleted and created again between calls (its inode number may well be reused)
-    /// loses its watch: the next call sees the kernel's `IN_IGNORED` and watches it again, so
+    /// loses its watch: the next call sees its deletion event and watches it again, so
     /// its events arrive (no full scan needed).
     #[test]
     fn a_recreated_root_is_watched_again() {
@@ -1194,12 +1281,12 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
-        let old_wd = lock(&guard.inner.state).dirs[&root].wd;
+        let old_key = lock(&guard.inner.state).dirs[&root].key.clone();
         std::fs::remove_dir(&root).unwrap();
         std::fs::create_dir(&root).unwrap();
         let call = guard.begin(&names(&root)).unwrap();
         let mut state = lock(&guard.inner.state);
-        assert_ne!(state.dirs[&root].wd, old_wd);
+        assert_ne!(state.dirs[&root].key, old_key);
         assert!(!state.calls[&call.id].dirty);
         // With the watcher thread held off by the lock, the event alone names the path.
         std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
@@ -1227,19 +1314,23 @@ mod tests {
         let mut state = lock(&guard.inner.state);
         std::fs::create_dir(root.join(".agents")).unwrap();
         // Throw the real event away (as an overflow would) and deliver the overflow marker.
-        let mut buf = [0u8; 4096];
-        // SAFETY: reading into our buffer; the descriptor is non-blocking.
-        let n = unsafe {
-            libc::read(
-                guard.inner.inotify.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        assert!(n > 0, "the creation was queued");
+        assert!(
+            !guard.inner.notify.read().is_empty(),
+            "the creation was queued"
+        );
         let mut trash = Vec::new();
-        let overflow = [(-1, libc::IN_Q_OVERFLOW, OsString::new())];
-        assert!(handle_events(&mut state, &overflow, &mut trash));
+        let overflow = [Event {
+            dir: None,
+            name: Default::default(),
+            mask: libc::FAN_Q_OVERFLOW,
+            pid: 0,
+        }];
+        assert!(handle_events(
+            &guard.inner,
+            &mut state,
+            &overflow,
+            &mut trash
+        ));
         assert!(state.calls[&call.id].dirty);
         drop(state);
         assert_eq!(call.finish().removed, vec![root.join(".agents")]);
@@ -1287,24 +1378,5 @@ mod tests {
         }
         assert!(!events_complete(Path::new("/proc/self")));
         assert!(!events_complete(Path::new("/nonexistent-corral-dir")));
-    }
-
-    #[test]
-    fn parses_packed_events() {
-        let mut buf = Vec::new();
-        for (wd, name) in [(1i32, ".git"), (2, ".agents")] {
-            let padded = 16u32;
-            buf.extend_from_slice(&wd.to_ne_bytes());
-            buf.extend_from_slice(&libc::IN_CREATE.to_ne_bytes());
-            buf.extend_from_slice(&0u32.to_ne_bytes());
-            buf.extend_from_slice(&padded.to_ne_bytes());
-            let mut n = name.as_bytes().to_vec();
-            n.resize(padded as usize, 0);
-            buf.extend_from_slice(&n);
-        }
-        let evs = parse_events(&buf);
-        assert_eq!(evs.len(), 2);
-        assert_eq!(evs[0], (1, libc::IN_CREATE, OsString::from(".git")));
-        assert_eq!(evs[1], (2, libc::IN_CREATE, OsString::from(".agents")));
     }
 }

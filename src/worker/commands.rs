@@ -83,15 +83,7 @@ impl SandboxedRunner {
         on_chunk: &mut dyn FnMut(OutputChunk),
         cancel: &AtomicBool,
     ) -> Result<RunReport, ToolError> {
-        let call = match &self.guard {
-            Some(guard) => Some(guard.begin(&self.protected_missing).map_err(|e| {
-                ToolError::new(
-                    crate::tools::ErrorKind::Internal,
-                    format!("sandbox could not watch protected paths: {e}"),
-                )
-            })?),
-            _ => None,
-        };
+        let call = self.guard_call()?;
         let result = crate::tools::shell::run(req, on_chunk, cancel);
         let guard = call.map(|c| c.finish()).unwrap_or_default();
         let mut outcome = result?;
@@ -104,6 +96,7 @@ impl SandboxedRunner {
     /// Starts guarding for a call that is not a command (apply_patch); `None` when the worker
     /// has nothing to guard.
     pub fn guard_call(&self) -> Result<Option<CallGuard>, ToolError> {
+        self.refuse_if_stopped()?;
         match &self.guard {
             Some(guard) => guard.begin(&self.protected_missing).map(Some).map_err(|e| {
                 ToolError::new(
@@ -113,6 +106,24 @@ impl SandboxedRunner {
             }),
             None => Ok(None),
         }
+    }
+
+    /// H18: once a command made a protected path, the sandbox was stopped and nothing that
+    /// writes runs in it again — a loop gets one guard latency per session, not one per call.
+    pub fn refuse_if_stopped(&self) -> Result<(), ToolError> {
+        match self.guard.as_ref().and_then(Guard::stopped) {
+            Some(path) => Err(ToolError::new(
+                crate::tools::ErrorKind::FailedPrecondition,
+                crate::sandbox::watcher::stopped_message(&path),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The protected path that stopped this worker's sandbox, if any (the daemon carries it to
+    /// any worker that replaces this one).
+    pub fn stopped(&self) -> Option<PathBuf> {
+        self.guard.as_ref().and_then(Guard::stopped)
     }
 
     /// Ends a [`SandboxedRunner::guard_call`]: the guard's findings as one text, if any.

@@ -107,14 +107,16 @@ pub fn confine(
             },
         ))
     })?;
-    // The guard's inotify instance, charged to the caller's uid, made while inotify_init is
-    // still allowed (H13: commands may not make their own).
+    // The guard's fanotify group, charged to the caller's uid, made while fanotify_init is
+    // still allowed (H13: commands may not make their own) and with CAP_SYS_ADMIN, so that
+    // its events say which creations the sandbox made (H27).
     let guard = if sandboxed && !policy.writable_roots.is_empty() {
+        let _ = caps::raise_effective_to_permitted();
         Some(Guard::new(policy).map_err(|e| {
             LayerError::new(
                 "watcher",
-                format_args!("cannot create the inotify instance that guards protected names: {e}"),
-                "Raise fs.inotify.max_user_instances, or close other inotify users of this uid",
+                format_args!("cannot create the fanotify group that guards protected names: {e}"),
+                "Raise fs.fanotify.max_user_groups, or close other fanotify users of this uid",
             )
         })?)
     } else {

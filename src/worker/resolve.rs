@@ -102,6 +102,7 @@ fn become_caller(params: &SessionParams) -> Result<(), ResolveRefusal> {
         skipped_roots: Vec::new(),
         root_ids: Vec::new(),
         protected_names: Vec::new(),
+        sandbox_generation: 0,
     };
     crate::sandbox::identity::apply_identity(&carrier).map_err(helper)?;
     if root {

@@ -38,6 +38,10 @@ pub struct WorkerSpec {
     /// writes look for the stagings and patch temporaries it left (their locks died with it).
     #[serde(default)]
     pub replaces_a_dead_worker: bool,
+    /// The worker this one replaces was stopped by a command that made this protected path
+    /// (H18): so is this one, from the start.
+    #[serde(default)]
+    pub stopped_by: Option<PathBuf>,
 }
 
 /// Entry point of `corral __worker`; returns the process exit status.
@@ -129,7 +133,11 @@ pub fn worker_main() -> i32 {
         runner: Arc::new(SandboxedRunner {
             protected_missing: spec.policy.protected_missing.clone(),
             sandboxed: spec.policy.mode.is_sandboxed(),
-            guard: confined.guard,
+            guard: confined.guard.inspect(|g| {
+                if let Some(path) = &spec.stopped_by {
+                    g.stop_for(path.clone());
+                }
+            }),
             protection: crate::worker::commands::Protection::of(&spec.policy),
         }),
         shell: crate::tools::shell::default_user_shell(),
@@ -837,6 +845,11 @@ fn run(serving: &Serving, job: Job) {
         kept_processes,
         ended_processes,
         sandbox_denied: witness.denied(),
+        guard_stopped: state
+            .runner
+            .stopped()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     };
     let _ = serving.writer().send(&reply);
     serving

@@ -439,6 +439,28 @@ impl Daemon {
         .await
     }
 
+    /// [`Daemon::sh`], keeping a refusal (a stopped session, H18) as the error it is.
+    pub async fn try_sh(&self, session: &str, script: &str) -> Result<Ran, tonic::Status> {
+        let response = self
+            .tools()
+            .await
+            .shell(api::ShellRequest {
+                session_id: session.into(),
+                command: vec!["bash".into(), "-c".into(), script.into()],
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let combined = response.combined.clone().unwrap_or_default();
+        let mut bytes = combined.head.clone();
+        bytes.extend_from_slice(&combined.tail);
+        Ok(Ran {
+            exit_code: response.exit_code,
+            output: String::from_utf8_lossy(&bytes).into_owned(),
+            response,
+        })
+    }
+
     pub async fn shell(&self, req: api::ShellRequest) -> Ran {
         let response = self
             .tools()
