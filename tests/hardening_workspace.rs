@@ -1054,3 +1054,256 @@ async fn h20_a_hooks_path_from_the_global_git_config_is_protected_too() {
     assert!(exists(&repo.join("allowed.txt")));
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// A gitdir whose `core.fsmonitor` appends a line to `counter` each time a host git runs it.
+fn gitdir_script(dir: &str, counter: &Path) -> String {
+    format!(
+        "mkdir -p {dir}/objects {dir}/refs/heads && printf 'ref: refs/heads/main\\n' > {dir}/HEAD \
+         && printf '[core]\\n\\tfsmonitor = \"echo ran >> {counter}; false\"\\n' > {dir}/config",
+        counter = counter.display()
+    )
+}
+
+fn count_lines(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// The victim's side of H18: a host `git status` in `dir` every 10 ms (an editor, a git-aware
+/// prompt), and a tight existence check of `dir/.git` that adds up how long it was visible.
+struct HostPoller {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Duration>>,
+}
+
+impl HostPoller {
+    fn start(dir: &Path) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let git = {
+            let (stop, dir) = (stop.clone(), dir.to_path_buf());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::process::Command::new("git")
+                        .args(["status", "--porcelain"])
+                        .current_dir(&dir)
+                        .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap())
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null())
+                        .status();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Duration::ZERO
+            })
+        };
+        let visible = {
+            let (stop, dot_git) = (stop.clone(), dir.join(".git"));
+            std::thread::spawn(move || {
+                let mut total = Duration::ZERO;
+                let mut since: Option<Instant> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    match (exists(&dot_git), since) {
+                        (true, None) => since = Some(Instant::now()),
+                        (false, Some(t)) => {
+                            total += t.elapsed();
+                            since = None;
+                        }
+                        _ => {}
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                total + since.map(|t| t.elapsed()).unwrap_or_default()
+            })
+        };
+        Self {
+            stop,
+            threads: vec![git, visible],
+        }
+    }
+
+    /// Stops polling; returns how long `.git` was visible on the host.
+    fn finish(self) -> Duration {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads.into_iter().map(|t| t.join().unwrap()).sum()
+    }
+}
+
+/// H18 (red team finding 1): a command that renames prepared gitdirs onto `.git` as fast as it
+/// can for 10 s, against a host `git status` every 10 ms for the whole call. Detect-and-undo
+/// lost that race (the hook ran 330 times); now the first creation stops every process of the
+/// sandbox before the name is taken away, and the session refuses what follows. Across 10
+/// sessions the planted hook runs at most once per session. Baseline first, on the host.
+#[tokio::test]
+async fn h18_a_recreate_loop_is_stopped_at_its_first_creation() {
+    let base = outside();
+    let proj = base.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    let counter = base.path().join("hook-runs");
+    let race = format!(
+        "{} && for i in $(seq 100); do cp -r t t$i; done && end=$((SECONDS+10)); i=0; \
+         while [ $SECONDS -lt $end ]; do i=$((i+1)); mv t$((i % 100 + 1)) .git 2>/dev/null; \
+         mv .git t$((i % 100 + 1)) 2>/dev/null; done",
+        gitdir_script("t", &counter)
+    );
+    // Baseline: on the host the same loop keeps `.git` there often enough that the poller runs
+    // the planted hook again and again (here for 1 s, not 10).
+    let poller = HostPoller::start(&proj);
+    host_sh(&format!(
+        "cd '{}' && {}",
+        proj.display(),
+        race.replace("SECONDS+10", "SECONDS+1")
+    ));
+    poller.finish();
+    let baseline = count_lines(&counter);
+    assert!(baseline >= 2, "baseline: the hook ran {baseline} times");
+    host_sh(&format!(
+        "rm -rf '{}' && mkdir '{}'",
+        proj.display(),
+        proj.display()
+    ));
+    let _ = std::fs::remove_file(&counter);
+
+    let d = Daemon::start(&[]).await;
+    let mut worst = Duration::ZERO;
+    for run in 0..10 {
+        let id = ww(&d, &proj, &[], false).await.unwrap();
+        let poller = HostPoller::start(&proj);
+        let started = Instant::now();
+        let r = d.sh(&id, &race).await;
+        let took = started.elapsed();
+        // The poller watches on for a moment after the call, as a host would.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let visible = poller.finish();
+        worst = worst.max(visible);
+        let runs = count_lines(&counter);
+        assert!(runs <= 1, "run {run}: the planted hook ran {runs} times");
+        assert!(
+            r.output
+                .contains("sandbox stopped every process of this session"),
+            "run {run}: {}",
+            r.output
+        );
+        assert_ne!(r.exit_code, 0, "run {run}");
+        assert!(
+            took < Duration::from_secs(5),
+            "run {run}: the loop was not stopped ({took:?})"
+        );
+        assert!(!exists(&proj.join(".git")), "run {run}: .git survived");
+        let refused = d.try_sh(&id, "mv t1 .git").await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::FailedPrecondition,
+            "{refused:?}"
+        );
+        let _ = std::fs::remove_file(&counter);
+        host_sh(&format!("rm -rf '{0}' && mkdir '{0}'", proj.display()));
+    }
+    eprintln!("H18: .git was visible on the host for at most {worst:?} per session");
+    // The allowed path: a new session works in the same workspace.
+    let id = ww(&d, &proj, &[], false).await.unwrap();
+    let r = d.sh(&id, "echo ok > fine && cat fine").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}
+
+/// H27: a protected name that a process outside the sandbox makes in a shared root while a
+/// command runs (Codex's own sandbox makes its empty `.git`/`.codex`/`.agents` mount points in
+/// `/tmp` this way) is never removed, and the call is not failed for it. What the sandbox then
+/// makes inside it, or puts in its place, is stopped and taken away — the host's empty
+/// directory is no way in.
+#[tokio::test]
+async fn h27_the_guard_leaves_what_the_host_made_and_stops_what_the_sandbox_made() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let proj = base.path().join("proj");
+    let shared = base.path().join("shared");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::create_dir(&shared).unwrap();
+    let made_by_host = |name: &'static str, then: &'static str| {
+        let shared = shared.clone();
+        async move {
+            let host = tokio::task::spawn_blocking({
+                let shared = shared.clone();
+                move || {
+                    std::thread::sleep(Duration::from_millis(400));
+                    std::fs::create_dir(shared.join(name)).unwrap();
+                }
+            });
+            (
+                host,
+                format!(
+                    "cd '{}'; until [ -d {name} ]; do sleep 0.02; done; {then}",
+                    shared.display()
+                ),
+            )
+        }
+    };
+
+    // Baseline, what a host-made mount point looked like to the old guard: it is there when
+    // the command looks, and the command goes on with exit 0.
+    let id = ww(&d, &proj, &[&shared], false).await.unwrap();
+    let (host, script) = made_by_host(".codex", "ls -a .codex; echo done").await;
+    let r = d.sh(&id, &script).await;
+    host.await.unwrap();
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    assert!(r.output.contains("done"), "{}", r.output);
+    assert!(!r.output.contains("sandbox blocked"), "{}", r.output);
+    assert!(
+        exists(&shared.join(".codex")),
+        "the host's .codex was removed"
+    );
+    // The session goes on (on a worker built with the host's .codex protected).
+    let r = d.sh(&id, "echo next > file && cat file").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "next\n"));
+    std::fs::remove_dir(shared.join(".codex")).unwrap();
+
+    // The sandbox fills a host-made empty .git: stopped, its entry taken away, the host's
+    // directory kept.
+    let counter = base.path().join("h27-runs");
+    let id = ww(&d, &proj, &[&shared], false).await.unwrap();
+    let fill = gitdir_script(".git", &counter);
+    let (host, script) = made_by_host(".git", Box::leak(fill.into_boxed_str())).await;
+    let r = d.sh(&id, &script).await;
+    host.await.unwrap();
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(
+        r.output
+            .contains("sandbox stopped every process of this session"),
+        "{}",
+        r.output
+    );
+    assert!(exists(&shared.join(".git")), "the host's .git was removed");
+    let left: Vec<_> = std::fs::read_dir(shared.join(".git"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "the sandbox's entries stayed: {left:?}");
+    assert!(
+        !host_git_discovers(&shared),
+        "the host's git found a planted repository"
+    );
+    assert_eq!(count_lines(&counter), 0);
+    std::fs::remove_dir(shared.join(".git")).unwrap();
+
+    // The sandbox moves the host's .agents away and puts its own in its place: stopped, its
+    // own taken away.
+    let id = ww(&d, &proj, &[&shared], false).await.unwrap();
+    let (host, script) = made_by_host(
+        ".agents",
+        "mkdir mine && touch mine/evil && mv .agents theirs && mv mine .agents",
+    )
+    .await;
+    let r = d.sh(&id, &script).await;
+    host.await.unwrap();
+    assert!(
+        r.output
+            .contains("sandbox stopped every process of this session"),
+        "{}",
+        r.output
+    );
+    assert!(
+        !exists(&shared.join(".agents/evil")),
+        "the sandbox's .agents stayed"
+    );
+}

@@ -336,7 +336,6 @@ async fn escalation_is_refused_unless_the_operator_allows_it() {
 async fn creating_protected_names_is_blocked() {
     let d = Daemon::start(&[]).await;
     let cwd = scratch();
-    let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
     let real = std::fs::canonicalize(cwd.path()).unwrap();
     for (script, name) in [
         ("git init -q", ".git"),
@@ -346,6 +345,8 @@ async fn creating_protected_names_is_blocked() {
         ("ln -s x .git", ".git"),
         ("mkdir t && mv t .agents", ".agents"),
     ] {
+        // A command that makes a protected name stops its session (H18): one session each.
+        let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
         let r = d.sh(&id, script).await;
         assert_ne!(r.exit_code, 0, "{script}: {}", r.output);
         assert!(r.response.sandbox_denied, "{script}");
@@ -362,6 +363,7 @@ async fn creating_protected_names_is_blocked() {
         }
     }
     // Ordinary files are still writable.
+    let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
     let r = d.sh(&id, "echo ok > fine.txt").await;
     assert_eq!(r.exit_code, 0);
 }

@@ -263,23 +263,27 @@ async fn protected_name_created_by_a_live_process_is_taken_away() {
         eventually(Duration::from_secs(3), || !cwd.path().join(".git").exists()).await,
         ".git survived"
     );
-    let (more, _) = d
-        .invoke(
-            &s,
-            "write_stdin",
-            &args(serde_json::json!({"session_id": id, "chars": "\n", "yield_time_ms": 2000})),
-        )
-        .await;
-    let all = format!("{out}\n{more}");
+    // H18: the process that made it was killed with every other process of the sandbox, and
+    // the session refuses further commands.
     assert!(
-        all.contains(&format!(
+        out.contains(&format!(
             "sandbox blocked creation of protected workspace metadata path {}",
             cwd.path().join(".git").display()
         )),
-        "{all}"
+        "{out}"
     );
-    assert!(more.contains("Process exited with code 1"), "{more}");
+    assert!(
+        out.contains("sandbox stopped every process of this session"),
+        "{out}"
+    );
+    assert!(out.contains("Process exited with code 137"), "{out}");
     assert!(!cwd.path().join(".git").exists());
+    let refused = d.try_sh(&s, "true").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
 }
 
 /// §7.6 test 8: 65 processes; every call succeeds; the first is evicted and its tree killed.
