@@ -29,6 +29,7 @@
 //! - made outside (a host process, Codex's own sandbox making its mount points in `/tmp`): left
 //!   alone. If it is a directory, it is watched in turn, and what the sandbox makes inside it
 //!   is stopped and taken away the same way (a host's empty `.git` is not a way in).
+//!
 //! Sweeps (the rescans, a call's final scan) only take away what an event attributed to the
 //! sandbox. Without attribution (an unprivileged daemon) every creation counts as the
 //! sandbox's, nothing is stopped, and the sweeps look at every guarded path, as before H27.
