@@ -1306,4 +1306,44 @@ async fn h27_the_guard_leaves_what_the_host_made_and_stops_what_the_sandbox_made
         !exists(&shared.join(".agents/evil")),
         "the sandbox's .agents stayed"
     );
+
+    // The host makes an empty `.git` *file* (a mount point for a file); the sandbox writes a
+    // `gitdir:` pointer into it: stopped, and the file, its content now the sandbox's, taken
+    // away before the host's git follows it.
+    let planted = base.path().join("planted-gitdir");
+    std::fs::create_dir(&planted).unwrap();
+    host_sh(&format!(
+        "cd '{}' && {}",
+        planted.display(),
+        gitdir_script(".", &counter)
+    ));
+    let id = ww(&d, &proj, &[&shared], false).await.unwrap();
+    let host = tokio::task::spawn_blocking({
+        let shared = shared.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(400));
+            std::fs::write(shared.join(".git"), b"").unwrap();
+        }
+    });
+    let script = format!(
+        "cd '{}'; until [ -f .git ]; do sleep 0.02; done; echo 'gitdir: {}' > .git; sleep 5",
+        shared.display(),
+        planted.display()
+    );
+    let r = d.sh(&id, &script).await;
+    host.await.unwrap();
+    assert!(
+        r.output
+            .contains("sandbox stopped every process of this session"),
+        "{}",
+        r.output
+    );
+    assert!(
+        !exists(&shared.join(".git")),
+        "the rewritten .git file stayed"
+    );
+    assert!(
+        !host_git_runs_hook(&shared, &counter),
+        "the host's git ran the planted config"
+    );
 }

@@ -195,6 +195,10 @@ struct State {
     /// Guarded directories a process outside the sandbox made: left alone, and watched, so
     /// what the sandbox makes inside them is taken away.
     interiors: Vec<PathBuf>,
+    /// Guarded regular files a process outside the sandbox made: left alone, and watched for
+    /// writes, so a sandbox that writes into one (an empty `.git` becoming a `gitdir:` pointer)
+    /// is stopped and the file — its content now the sandbox's — taken away.
+    host_files: Vec<PathBuf>,
 }
 
 struct Inner {
@@ -250,6 +254,7 @@ impl Guard {
                     last_end: Instant::now(),
                     sandbox_made: HashSet::new(),
                     interiors: Vec::new(),
+                    host_files: Vec::new(),
                 }),
                 wake: Condvar::new(),
                 trash: Mutex::default(),
@@ -453,10 +458,23 @@ fn handle_events(
             overflow |= !dirs.is_empty();
             continue;
         }
+        let by_sandbox = !attributed || ev.pid != 0;
+        if ev.is_write() {
+            for dir in dirs {
+                let path = dir.join(&ev.name);
+                if by_sandbox && attributed && state.host_files.contains(&path) {
+                    if ev.pid != 1 && made_by_command.is_none() {
+                        made_by_command = Some(path.clone());
+                    }
+                    state.sandbox_made.insert(path.clone());
+                    candidates.push(path);
+                }
+            }
+            continue;
+        }
         if !ev.is_new_entry() {
             continue;
         }
-        let by_sandbox = !attributed || ev.pid != 0;
         for dir in dirs {
             let path = dir.join(&ev.name);
             let guarded = state.calls.values().any(|a| a.guarded.contains(&path));
@@ -467,8 +485,14 @@ fn handle_events(
             if !by_sandbox {
                 // H27: a host process made it; never ours to take away.
                 state.sandbox_made.remove(&path);
-                if guarded && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-                    new_interiors.push(path);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) if guarded && m.is_dir() => new_interiors.push(path),
+                    Ok(m) if guarded && m.is_file() && !state.host_files.contains(&path) => {
+                        if matches!(inner.notify.watch_writes(&path), Ok(true)) {
+                            state.host_files.push(path);
+                        }
+                    }
+                    _ => {}
                 }
                 continue;
             }
