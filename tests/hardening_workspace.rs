@@ -1347,3 +1347,75 @@ async fn h27_the_guard_leaves_what_the_host_made_and_stops_what_the_sandbox_made
         "the host's git ran the planted config"
     );
 }
+
+/// H28, submodules (red team): a sandbox rewrote a submodule's `.git` pointer to a gitdir it
+/// made, and the host's `git status` in that folder ran its fsmonitor. Now every submodule's
+/// `.git` that the root's `.gitmodules` lists is read-only like the root's own (and its
+/// directory pinned), and `.gitmodules` itself is read-only. Baseline first, on the host.
+#[tokio::test]
+async fn h28_a_submodules_git_pointer_cannot_be_redirected() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let b = base.path();
+    let counter = b.join("h28-runs");
+    let (code, out) = host_sh(&format!(
+        "cd '{0}' && git init -q up && git -C up -c user.email=t@t -c user.name=t commit -q \
+         --allow-empty -m init && git init -q repo && cd repo && git -c protocol.file.allow=always \
+         submodule add -q ../up sub && cp sub/.git '{0}/pointer-orig'",
+        b.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    let repo = b.join("repo");
+    let sub = repo.join("sub");
+    let redirect = format!(
+        "cd '{}' && {} && echo \"gitdir: $PWD/evil\" > sub/.git",
+        repo.display(),
+        gitdir_script("evil", &counter)
+    );
+    // Baseline: on the host the rewritten pointer makes git in the submodule run the hook.
+    host_sh(&redirect);
+    assert!(
+        host_git_runs_hook(&sub, &counter),
+        "baseline: the hook did not run"
+    );
+    host_sh(&format!(
+        "cd '{}' && cp ../pointer-orig sub/.git && rm -rf evil",
+        repo.display()
+    ));
+    assert!(!host_git_runs_hook(&sub, &counter));
+
+    for attack in [
+        redirect.clone(),
+        format!("cd '{}' && rm -f sub/.git", repo.display()),
+        format!("cd '{}' && mv sub sub2", repo.display()),
+        format!(
+            "cd '{}' && printf '[submodule \"x\"]\\n\\tpath = x\\n' > .gitmodules",
+            repo.display()
+        ),
+    ] {
+        let id = ww(&d, &repo, &[], false).await.unwrap();
+        let r = d.sh(&id, &attack).await;
+        assert_ne!(r.exit_code, 0, "{attack}: {}", r.output);
+        assert!(
+            !host_git_runs_hook(&sub, &counter),
+            "the hook ran after: {attack}"
+        );
+        assert_eq!(
+            std::fs::read(sub.join(".git")).unwrap(),
+            std::fs::read(b.join("pointer-orig")).unwrap(),
+            "{attack}"
+        );
+        assert!(
+            std::fs::read_to_string(repo.join(".gitmodules"))
+                .unwrap()
+                .contains("path = sub"),
+            "{attack}"
+        );
+    }
+    // The allowed path: the submodule's own files stay writable.
+    let id = ww(&d, &repo, &[], false).await.unwrap();
+    let r = d
+        .sh(&id, "echo ok > sub/notes.txt && cat sub/notes.txt")
+        .await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}

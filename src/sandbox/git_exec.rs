@@ -17,7 +17,7 @@ const MAX_INCLUDE_DEPTH: usize = 10;
 
 /// The largest config file read (a repository's config with many branches and remotes is tens
 /// of KiB; a larger file fails the session closed).
-const MAX_CONFIG_BYTES: usize = 1 << 20;
+pub(super) const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// One `key = value` of a config file: lower-case section and key, the subsection as written.
 #[derive(Debug, PartialEq, Eq)]

@@ -284,22 +284,19 @@ pub fn protected_paths(
             }
             protected.push(path.clone());
             if name == ".git" {
-                let gitdirs = if meta.is_file() {
-                    let (exists, absent) = gitdir_paths(root, &path, roots)?;
-                    protected.extend(exists.iter().cloned());
-                    missing.extend(absent);
-                    exists
-                } else {
-                    vec![path.clone()]
-                };
-                // H20: what git will run from the worktree, as the repository's config says.
-                let (exists, absent) = super::git_exec::executed_paths(root, &gitdirs, roots)?;
-                protected.extend(exists);
-                missing.extend(absent);
+                what_a_dot_git_leads_to(
+                    root,
+                    &path,
+                    meta.is_file(),
+                    roots,
+                    &mut protected,
+                    &mut missing,
+                )?;
             }
         }
         if names.iter().any(|n| n == ".git") {
             git_dir_markers(root, roots, &mut protected, &mut missing)?;
+            submodules(root, roots, &mut protected, &mut missing)?;
         }
     }
 
@@ -309,6 +306,111 @@ pub fn protected_paths(
     protected.retain(|p| !root_set.contains(p));
     missing.retain(|p| !root_set.contains(p));
     Ok((dedup(protected), dedup(missing)))
+}
+
+/// For a protected `.git` of the worktree `worktree`: the gitdir a `.git` file points to (and its
+/// common dir), and what git will run from the worktree as the repository's config says (H20).
+fn what_a_dot_git_leads_to(
+    worktree: &Path,
+    dot_git: &Path,
+    is_file: bool,
+    roots: &[PathBuf],
+    protected: &mut Vec<PathBuf>,
+    missing: &mut Vec<PathBuf>,
+) -> Result<(), PolicyError> {
+    let gitdirs = if is_file {
+        let (exists, absent) = gitdir_paths(worktree, dot_git, roots)?;
+        protected.extend(exists.iter().cloned());
+        missing.extend(absent);
+        exists
+    } else {
+        vec![dot_git.to_path_buf()]
+    };
+    let (exists, absent) = super::git_exec::executed_paths(worktree, &gitdirs, roots)?;
+    protected.extend(exists);
+    missing.extend(absent);
+    Ok(())
+}
+
+/// Submodules read from a `.gitmodules` at most this many.
+const MAX_SUBMODULES: usize = 256;
+
+/// H28, submodules: the `.git` of every submodule a root's `.gitmodules` lists is protected like
+/// the root's own (a sandbox rewrote a submodule's `gitdir:` pointer to a gitdir it made, and the
+/// host's `git status` in that folder ran its fsmonitor), and guarded while missing in a
+/// submodule directory that exists. `.gitmodules` itself is read-only, so a sandbox cannot drop a
+/// submodule from the list before a worker is next built.
+fn submodules(
+    root: &Path,
+    roots: &[PathBuf],
+    protected: &mut Vec<PathBuf>,
+    missing: &mut Vec<PathBuf>,
+) -> Result<(), PolicyError> {
+    let list = root.join(".gitmodules");
+    match std::fs::symlink_metadata(&list) {
+        Ok(m) if m.is_file() => {}
+        Ok(m) if m.file_type().is_symlink() => return check_symlink(&list, &list, roots),
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(inspect(&list, e)),
+    }
+    protected.push(list.clone());
+    let text =
+        read_small_file(&list, super::git_exec::MAX_CONFIG_BYTES).map_err(|e| inspect(&list, e))?;
+    for rel in submodule_paths(&text).into_iter().take(MAX_SUBMODULES) {
+        let dir = root.join(rel);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            // Not checked out (or not a directory the sandbox could make a repository of
+            // without creating it first): nothing to protect yet.
+            _ => continue,
+        }
+        let dot_git = dir.join(".git");
+        match std::fs::symlink_metadata(&dot_git) {
+            Ok(m) if m.file_type().is_symlink() => check_symlink(&dot_git, &dot_git, roots)?,
+            Ok(m) => {
+                protected.push(dot_git.clone());
+                what_a_dot_git_leads_to(&dir, &dot_git, m.is_file(), roots, protected, missing)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(dot_git),
+            Err(e) => return Err(inspect(&dot_git, e)),
+        }
+    }
+    Ok(())
+}
+
+/// The `path = …` values of a `.gitmodules`, relative and without `..`.
+fn submodule_paths(text: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut in_submodule = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_submodule = line[1..]
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("submodule");
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !in_submodule || !key.trim().eq_ignore_ascii_case("path") {
+            continue;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        let path = PathBuf::from(value);
+        let plain = path
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !value.is_empty() && plain {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// H2: a root's top must not become a git directory. If it already is one (`HEAD`, `objects/`,
@@ -909,6 +1011,17 @@ mod tests {
         f.set_len(1 << 32).unwrap();
         let err = build_policy(&p).unwrap_err();
         assert!(err.to_string().contains("larger than"), "{err}");
+    }
+
+    #[test]
+    fn submodule_paths_are_read_from_submodule_sections_only() {
+        let text = "[core]\n\tpath = nope\n[submodule \"a\"]\n\tpath = libs/a\n\turl = x\n\
+                    [submodule \"b\"]\n  PATH = \"b c\"\n[submodule \"up\"]\n\tpath = ../up\n\
+                    [submodule \"abs\"]\n\tpath = /etc\n[submodule \"e\"]\n\tpath =\n";
+        assert_eq!(
+            submodule_paths(text),
+            [PathBuf::from("libs/a"), PathBuf::from("b c")]
+        );
     }
 
     #[test]
