@@ -384,8 +384,8 @@ fn submodule_paths(text: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut in_submodule = false;
     for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_submodule = line[1..]
+        if let Some(header) = line.strip_prefix('[') {
+            in_submodule = header
                 .trim_start()
                 .to_ascii_lowercase()
                 .starts_with("submodule");
