@@ -320,7 +320,8 @@ impl Worker {
                 }
             }
         });
-        let stopped: Arc<Mutex<Option<PathBuf>>> = Arc::default();
+        // A replacement for a stopped worker is stopped from the start (H18), before it says so.
+        let stopped = Arc::new(Mutex::new(spec.stopped_by.clone()));
         {
             let pending = pending.clone();
             let dead = dead.clone();

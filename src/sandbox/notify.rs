@@ -19,8 +19,13 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 /// What a watched directory reports: a new entry (made, hard-linked, or moved in), for files and
-/// directories alike, and the directory's own deletion (its mark is then gone).
-const MARK_EVENTS: u64 = libc::FAN_CREATE | libc::FAN_MOVED_TO | libc::FAN_ONDIR;
+/// directories alike; a write to a file in it (so a write into a file a host process made there
+/// is seen however soon it follows the creation); and the directory's own deletion.
+const MARK_EVENTS: u64 = libc::FAN_CREATE
+    | libc::FAN_MOVED_TO
+    | libc::FAN_ONDIR
+    | libc::FAN_MODIFY
+    | libc::FAN_EVENT_ON_CHILD;
 const SELF_EVENTS: u64 = libc::FAN_DELETE_SELF | libc::FAN_MOVE_SELF;
 
 /// Identifies a directory in events: its filesystem id and file handle, as fanotify reports them.
@@ -54,8 +59,7 @@ impl Event {
         self.mask & (libc::FAN_CREATE | libc::FAN_MOVED_TO) != 0 && !self.name.is_empty()
     }
 
-    /// A file watched with [`Notifier::watch_writes`] was written (`dir` and `name` are its
-    /// parent and its name).
+    /// A file in a watched directory was written (`dir` and `name` are its parent and name).
     pub fn is_write(&self) -> bool {
         self.mask & libc::FAN_MODIFY != 0 && !self.name.is_empty()
     }
@@ -151,47 +155,6 @@ impl Notifier {
         }
         #[allow(clippy::unnecessary_cast)] // st_dev's width differs between libcs.
         Ok(Some((key, (st.st_dev as u64, st.st_ino as u64))))
-    }
-
-    /// Watches the regular file `file` leads to now for writes; `false` when it is not one.
-    pub fn watch_writes(&self, file: &Path) -> io::Result<bool> {
-        let c = std::ffi::CString::new(file.as_os_str().as_bytes())
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: open with a valid C string (non-blocking: a FIFO must not hang the guard);
-        // the descriptor is owned below.
-        let raw = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            return Ok(false);
-        }
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: fstat into a zeroed struct we own.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor and out pointer.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0
-            || st.st_mode & libc::S_IFMT != libc::S_IFREG
-        {
-            return Ok(false);
-        }
-        // SAFETY: marking the file behind a valid descriptor (NULL path: the fd itself).
-        let r = unsafe {
-            libc::fanotify_mark(
-                self.fd.as_raw_fd(),
-                libc::FAN_MARK_ADD,
-                libc::FAN_MODIFY,
-                fd.as_raw_fd(),
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(true)
     }
 
     /// Reads every queued event; never blocks.

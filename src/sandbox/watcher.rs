@@ -195,8 +195,8 @@ struct State {
     /// Guarded directories a process outside the sandbox made: left alone, and watched, so
     /// what the sandbox makes inside them is taken away.
     interiors: Vec<PathBuf>,
-    /// Guarded regular files a process outside the sandbox made: left alone, and watched for
-    /// writes, so a sandbox that writes into one (an empty `.git` becoming a `gitdir:` pointer)
+    /// Guarded regular files a process outside the sandbox made: left alone, but a sandbox that
+    /// writes into one (an empty `.git` becoming a `gitdir:` pointer)
     /// is stopped and the file — its content now the sandbox's — taken away.
     host_files: Vec<PathBuf>,
 }
@@ -459,8 +459,10 @@ fn handle_events(
             continue;
         }
         let by_sandbox = !attributed || ev.pid != 0;
+        // Not exclusive: the kernel merges a creation and the writes that follow it (same
+        // directory, name and process) into one event.
         if ev.is_write() {
-            for dir in dirs {
+            for dir in &dirs {
                 let path = dir.join(&ev.name);
                 if by_sandbox && attributed && state.host_files.contains(&path) {
                     if ev.pid != 1 && made_by_command.is_none() {
@@ -470,9 +472,12 @@ fn handle_events(
                     candidates.push(path);
                 }
             }
-            continue;
         }
-        if !ev.is_new_entry() {
+        // The guard's own quarantine renames (inside a host-made directory they are events of
+        // a watched directory) are not creations.
+        if !ev.is_new_entry()
+            || (ev.pid == 1 && ev.name.as_bytes().starts_with(QUARANTINE_PREFIX.as_bytes()))
+        {
             continue;
         }
         for dir in dirs {
@@ -487,10 +492,10 @@ fn handle_events(
                 state.sandbox_made.remove(&path);
                 match std::fs::symlink_metadata(&path) {
                     Ok(m) if guarded && m.is_dir() => new_interiors.push(path),
-                    Ok(m) if guarded && m.is_file() && !state.host_files.contains(&path) => {
-                        if matches!(inner.notify.watch_writes(&path), Ok(true)) {
-                            state.host_files.push(path);
-                        }
+                    // Its writes are reported through its directory's mark.
+                    Ok(m) if guarded && m.is_file() => {
+                        state.host_files.retain(|p| *p != path);
+                        state.host_files.push(path);
                     }
                     _ => {}
                 }
@@ -504,7 +509,8 @@ fn handle_events(
         }
     }
     for dir in new_interiors {
-        if !state.interiors.contains(&dir) && matches!(arm(inner, state, &dir), Ok(Some(_))) {
+        // `arm` marks a directory that replaced a known one again (by its identity).
+        if matches!(arm(inner, state, &dir), Ok(Some(_))) && !state.interiors.contains(&dir) {
             state.interiors.push(dir);
         }
     }

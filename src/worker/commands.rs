@@ -97,15 +97,21 @@ impl SandboxedRunner {
     /// has nothing to guard.
     pub fn guard_call(&self) -> Result<Option<CallGuard>, ToolError> {
         self.refuse_if_stopped()?;
-        match &self.guard {
-            Some(guard) => guard.begin(&self.protected_missing).map(Some).map_err(|e| {
-                ToolError::new(
-                    crate::tools::ErrorKind::Internal,
-                    format!("sandbox could not watch protected paths: {e}"),
-                )
-            }),
-            None => Ok(None),
-        }
+        let call = match &self.guard {
+            Some(guard) => guard
+                .begin(&self.protected_missing)
+                .map(Some)
+                .map_err(|e| {
+                    ToolError::new(
+                        crate::tools::ErrorKind::Internal,
+                        format!("sandbox could not watch protected paths: {e}"),
+                    )
+                })?,
+            None => None,
+        };
+        // `begin` reads the queued events first: one of them may just have stopped the sandbox.
+        self.refuse_if_stopped()?;
+        Ok(call)
     }
 
     /// H18: once a command made a protected path, the sandbox was stopped and nothing that
