@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, host_sh, outside};
+use common::{Daemon, count_lines, gitdir_script, host_sh, outside};
 use corral::api::{self, SandboxMode};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -1053,21 +1053,6 @@ async fn h20_a_hooks_path_from_the_global_git_config_is_protected_too() {
     assert_eq!(code, 0, "{err}");
     assert!(exists(&repo.join("allowed.txt")));
     let _ = std::fs::remove_dir_all(&home);
-}
-
-/// A gitdir whose `core.fsmonitor` appends a line to `counter` each time a host git runs it.
-fn gitdir_script(dir: &str, counter: &Path) -> String {
-    format!(
-        "mkdir -p {dir}/objects {dir}/refs/heads && printf 'ref: refs/heads/main\\n' > {dir}/HEAD \
-         && printf '[core]\\n\\tfsmonitor = \"echo ran >> {counter}; false\"\\n' > {dir}/config",
-        counter = counter.display()
-    )
-}
-
-fn count_lines(p: &Path) -> usize {
-    std::fs::read_to_string(p)
-        .map(|s| s.lines().count())
-        .unwrap_or(0)
 }
 
 /// H27: a protected name that a process outside the sandbox makes in a shared root while a

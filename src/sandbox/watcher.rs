@@ -270,11 +270,6 @@ impl Guard {
         self.inner.notify.fd()
     }
 
-    /// Whether creations are attributed to the sandbox or to the host (H27).
-    pub fn attributed(&self) -> bool {
-        self.inner.notify.attributed()
-    }
-
     /// The protected path whose creation stopped this sandbox (H18), if one did.
     pub fn stopped(&self) -> Option<PathBuf> {
         lock(&self.inner.stopped).clone()

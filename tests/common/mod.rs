@@ -499,6 +499,24 @@ pub fn host_sh(script: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// A gitdir whose `core.fsmonitor` appends the running git's pid to `counter` each time a host
+/// git runs it (one `git status` runs the hook twice: count gits with [`count_lines`]).
+pub fn gitdir_script(dir: &str, counter: &Path) -> String {
+    format!(
+        "mkdir -p {dir}/objects {dir}/refs/heads && printf 'ref: refs/heads/main\\n' > {dir}/HEAD \
+         && printf '[core]\\n\\tfsmonitor = \"echo $PPID >> {counter}; false\"\\n' > {dir}/config",
+        counter = counter.display()
+    )
+}
+
+/// How many different lines `p` has (0 when it does not exist): with [`gitdir_script`]'s
+/// hook, how many host git processes ran it.
+pub fn count_lines(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .map(|s| s.lines().collect::<std::collections::HashSet<_>>().len())
+        .unwrap_or(0)
+}
+
 /// A v1 memory (or other controller's) cgroup with a cap for a daemon under test, so a test
 /// that could exhaust memory (or the pid table) cannot hurt the host; removed on drop with the worker groups the daemon made inside it.
 /// `None` where the controller is absent or the test is not root.
