@@ -38,14 +38,63 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
+/// Every `tool` label value but [`OTHER`]: the typed calls' names (`audit::describe`), the
+/// model-facing tools the bridge runs, and `decide_approval`.
+const TOOLS: &[&str] = &[
+    // The bridge's tools (an Invoke's name).
+    "apply_patch",
+    "container.exec",
+    "exec_command",
+    "grep_files",
+    "list_dir",
+    "read_file",
+    "shell",
+    "shell_command",
+    "update_plan",
+    "view_image",
+    "write_stdin",
+    // Typed calls.
+    "cancel",
+    "close_session",
+    "credit",
+    "decide_approval",
+    "download",
+    "files",
+    "get_prompt_context",
+    "process",
+    "process_list",
+    "process_read",
+    "process_resize",
+    "process_signal",
+    "process_start",
+    "process_terminate",
+    "process_write",
+    "read_bytes",
+    "remove_upload_stagings",
+    "upload",
+    "upload_piece",
+    "write_bytes",
+];
+
+/// The label of every tool name outside [`TOOLS`].
+pub const OTHER: &str = "other";
+
+/// The `tool` label for a call's tool name: the name itself when it is one of corral's
+/// (a fixed set), else [`OTHER`]. An Invoke's name is the caller's text: as a label it would
+/// show any local user who reaches the endpoint (plain HTTP, no identity) what one user
+/// chose to send (H26), and every new name would be a new series kept for the daemon's life.
+pub fn tool_label(tool: &str) -> &'static str {
+    TOOLS.iter().copied().find(|t| *t == tool).unwrap_or(OTHER)
+}
+
 /// Records one finished call.
 pub fn call(tool: &str, outcome: &str, elapsed: Duration) {
     if !INSTALLED.load(Ordering::Relaxed) {
         return;
     }
-    metrics::counter!(CALLS, "tool" => tool.to_string(), "outcome" => outcome.to_string())
-        .increment(1);
-    metrics::histogram!(CALL_SECONDS, "tool" => tool.to_string()).record(elapsed.as_secs_f64());
+    let tool = tool_label(tool);
+    metrics::counter!(CALLS, "tool" => tool, "outcome" => outcome.to_string()).increment(1);
+    metrics::histogram!(CALL_SECONDS, "tool" => tool).record(elapsed.as_secs_f64());
     if outcome == "denied" {
         denial(tool);
     }
@@ -56,5 +105,20 @@ pub fn denial(tool: &str) {
     if !INSTALLED.load(Ordering::Relaxed) {
         return;
     }
-    metrics::counter!(DENIALS, "tool" => tool.to_string()).increment(1);
+    metrics::counter!(DENIALS, "tool" => tool_label(tool)).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_keeps_its_label_and_any_other_name_is_other() {
+        for name in crate::bridge::tool_names() {
+            assert_eq!(tool_label(name), name);
+        }
+        assert_eq!(tool_label("decide_approval"), "decide_approval");
+        assert_eq!(tool_label("mcp__secret__create_issue"), OTHER);
+        assert_eq!(tool_label("read_file\n"), OTHER);
+    }
 }
