@@ -278,3 +278,214 @@ async fn h26_b_metrics_show_no_users_data_and_serve_nothing_else() {
     assert!(r.output.contains("still"), "{}", r.output);
     assert!(project.join(format!("made-{marker}")).exists());
 }
+
+// ---------------------------------------------------------------------------------------------
+// `corral mcp`: the same rules as gRPC.
+// ---------------------------------------------------------------------------------------------
+
+/// A `bash` script that runs `corral --socket SOCKET mcp ARGS` as an MCP client would: the
+/// handshake, then one `tools/call` of `tool` with `arguments`; it keeps stdin open until the
+/// call's answer arrived (or the front failed; at most 20 s), then prints `rc=N` and everything the front wrote.
+fn mcp_script(socket: &str, args: &str, tool: &str, arguments: serde_json::Value) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "h26", "version": "1"}}});
+    let inited = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    for m in [&init, &inited, &call] {
+        assert!(!m.to_string().contains('\''), "quote-free JSON: {m}");
+    }
+    format!(
+        "out=$(mktemp); {{ printf '%s\\n' '{init}' '{inited}' '{call}'; for i in $(seq 200); do \
+         grep -q -e '\"id\":2' -e '^error' \"$out\" && break; sleep 0.1; done; }} | {CORRAL} --socket {socket} \
+         mcp {args} > \"$out\" 2>&1; echo rc=$?; cat \"$out\"; rm -f \"$out\"",
+        CORRAL = common::CORRAL
+    )
+}
+
+/// H19 through the MCP front: a sandboxed command that reaches another daemon's socket (B, on
+/// a non-default path inside its writable root) cannot use `corral mcp` there to get a wider
+/// session — danger-full-access, or workspace-write rooted outside its own roots — nor
+/// escalate a call in a session whose id it was given. Baseline: the same MCP exchange from
+/// the host writes the mark through B each time.
+#[tokio::test]
+async fn h26_c_mcp_front_gives_a_sandbox_no_wider_session() {
+    let a = Daemon::start(&[]).await;
+    let ws = common::outside();
+    let b_socket = ws.path().join("b/corral.sock");
+    std::fs::create_dir(ws.path().join("b")).unwrap();
+    let _b = Daemon::start_at(
+        &b_socket,
+        &["--root-callers", "trusted", "--allow-escalation"],
+        &[],
+        std::process::Stdio::null(),
+    )
+    .await;
+    let b = b_socket.to_str().unwrap().to_string();
+    let marks = common::outside();
+    let mark = marks.path().join("escaped");
+    let m = marks.path().to_str().unwrap().to_string();
+    let touch =
+        serde_json::json!({"cmd": format!("touch {}", mark.display()), "yield_time_ms": 5000});
+    let escalated = serde_json::json!({"cmd": format!("touch {}", mark.display()),
+        "sandbox_permissions": "require_escalated", "justification": "h26", "yield_time_ms": 5000});
+    let (code, ro, err) = {
+        let o = std::process::Command::new(common::CORRAL)
+            .args([
+                "--socket",
+                &b,
+                "open-session",
+                "--mode",
+                "read-only",
+                "--cwd",
+                &m,
+            ])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{err}");
+    let attempts = [
+        (
+            "danger-full-access",
+            format!("--mode danger-full-access --cwd {m}"),
+            &touch,
+        ),
+        (
+            "workspace-write outside",
+            format!("--mode workspace-write --exclude-slash-tmp --cwd {m}"),
+            &touch,
+        ),
+        ("escalation", format!("--session {ro}"), &escalated),
+    ];
+    // Baselines on the host: each exchange writes the mark through B.
+    for (what, args, arguments) in &attempts {
+        let (_, out) = host_sh(&mcp_script(&b, args, "exec_command", (*arguments).clone()));
+        assert!(out.contains("rc=0"), "{what}: {out}");
+        assert!(mark.exists(), "{what}: the host's MCP exchange ran: {out}");
+        std::fs::remove_file(&mark).unwrap();
+    }
+    // The same exchanges from inside a workspace-write sandbox of daemon A, network on (with
+    // the network off, the sandbox cannot even connect to B's socket).
+    let session = a
+        .open_with(api::OpenSessionRequest {
+            cwd: ws.path().display().to_string(),
+            mode: SandboxMode::WorkspaceWrite as i32,
+            network_access: true,
+            env: common::session_env(ws.path()),
+            ..Default::default()
+        })
+        .await;
+    for (what, args, arguments) in &attempts {
+        let r = a
+            .sh(
+                &session,
+                &mcp_script(&b, args, "exec_command", (*arguments).clone()),
+            )
+            .await;
+        // B's refusal, not a failure to reach it: H19's message for a new session, an error
+        // result of the call for the escalation.
+        assert!(
+            r.output.contains("inside a corral sandbox")
+                || (r.output.contains(r#""id":2"#) && r.output.contains(r#""isError":true"#)),
+            "{what}: B must have answered with a refusal: {}",
+            r.output
+        );
+        assert!(
+            !mark.exists(),
+            "{what}: a sandbox wrote outside its roots through B's MCP front: {}",
+            r.output
+        );
+    }
+    // The allowed path from the sandbox: the read-only session whose id it was given, used
+    // through B's MCP front within that session's limits.
+    let r = a
+        .sh(
+            &session,
+            &mcp_script(
+                &b,
+                &format!("--session {ro}"),
+                "exec_command",
+                serde_json::json!({"cmd": "echo allowed-through-b", "yield_time_ms": 5000}),
+            ),
+        )
+        .await;
+    assert!(r.output.contains("rc=0"), "{}", r.output);
+    assert!(r.output.contains("allowed-through-b"), "{}", r.output);
+}
+
+/// The MCP front gets the gRPC answer, word for word: a root caller (`root_callers =
+/// confined`, the default) is refused danger-full-access by `corral mcp` as by OpenSession, and
+/// an escalated exec_command in a session the front opened gets the same refusal as the same
+/// call through Invoke; nothing is written on the host. The allowed path: a workspace-write
+/// session through the front writes in its root.
+#[tokio::test]
+async fn h26_d_mcp_front_gets_the_same_policy_refusals_as_grpc() {
+    let d = Daemon::start(&[]).await;
+    let ws = common::outside();
+    let w = ws.path().to_str().unwrap().to_string();
+    let marks = common::outside();
+    let mark = marks.path().join("escalated");
+    // Baseline: this (root) process can write the mark.
+    let (code, _) = host_sh(&format!("touch {0} && rm {0}", mark.display()));
+    assert_eq!(code, 0);
+    // gRPC first.
+    let refused = d
+        .try_open(ws.path(), SandboxMode::DangerFullAccess)
+        .await
+        .expect_err("root_callers = confined refuses danger-full-access");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    let (_, out) = host_sh(&mcp_script(
+        d.target(),
+        &format!("--mode danger-full-access --cwd {w}"),
+        "exec_command",
+        serde_json::json!({"cmd": format!("touch {}", mark.display())}),
+    ));
+    assert!(out.contains("rc=2"), "{out}");
+    assert!(
+        out.contains(&format!("PermissionDenied: {}", refused.message())),
+        "the front's refusal is the gRPC one ({}): {out}",
+        refused.message()
+    );
+    assert!(!mark.exists());
+    // An escalated call: Invoke's answer, then the front's.
+    let escalated = serde_json::json!({"cmd": format!("touch {}", mark.display()),
+        "sandbox_permissions": "require_escalated", "justification": "h26", "yield_time_ms": 5000});
+    let grpc_session = d.open(ws.path(), SandboxMode::WorkspaceWrite).await;
+    let (grpc_text, ok) = d
+        .invoke(&grpc_session, "exec_command", &escalated.to_string())
+        .await;
+    assert!(!ok, "{grpc_text}");
+    assert!(!mark.exists(), "{grpc_text}");
+    let (_, out) = host_sh(&mcp_script(
+        d.target(),
+        &format!("--mode workspace-write --cwd {w}"),
+        "exec_command",
+        escalated.clone(),
+    ));
+    assert!(!mark.exists(), "the front escalated: {out}");
+    let answer: serde_json::Value = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer: {out}"));
+    assert_eq!(answer["result"]["isError"], true, "{out}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"], grpc_text,
+        "the front answers as Invoke does"
+    );
+    // The allowed path through the front.
+    let made = ws.path().join("made-through-mcp");
+    let (_, out) = host_sh(&mcp_script(
+        d.target(),
+        &format!("--mode workspace-write --cwd {w}"),
+        "exec_command",
+        serde_json::json!({"cmd": "touch made-through-mcp", "yield_time_ms": 5000}),
+    ));
+    assert!(out.contains("rc=0") && made.exists(), "{out}");
+}
