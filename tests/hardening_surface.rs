@@ -6,6 +6,7 @@ mod common;
 use common::{Daemon, TestUser, connect_as, host_sh, scratch};
 use corral::api;
 use corral::api::SandboxMode;
+use std::path::Path;
 use std::time::Duration;
 
 /// Pushes a byte into the terminal's input (TIOCSTI) and asks the console for a selection
@@ -488,4 +489,223 @@ async fn h26_d_mcp_front_gets_the_same_policy_refusals_as_grpc() {
         serde_json::json!({"cmd": "touch made-through-mcp", "yield_time_ms": 5000}),
     ));
     assert!(out.contains("rc=0") && made.exists(), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RENAME_EXCHANGE, O_PATH and openat2 against pinned roots and protected names.
+// ---------------------------------------------------------------------------------------------
+
+/// `python3 FS_ATTACK OP ARGS...` prints `OP=ERRNO` (0: it worked) for: `exchange A B`
+/// (renameat2 RENAME_EXCHANGE), `rename A B`, `opath_write FILE` (an O_PATH descriptor, then a
+/// write through its /proc/self/fd link), `opath_create DIR NAME` (an O_PATH descriptor of a
+/// directory, then openat O_CREAT below it), `openat2_write FILE` and `openat2_create FILE`
+/// (openat2 with RESOLVE_NO_MAGICLINKS|RESOLVE_NO_SYMLINKS).
+const FS_ATTACK: &str = r#"import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD = -100
+NR = {'x86_64': (316, 437), 'aarch64': (276, 437)}[os.uname().machine]
+class How(ctypes.Structure):
+    _fields_ = [('flags', ctypes.c_uint64), ('mode', ctypes.c_uint64), ('resolve', ctypes.c_uint64)]
+def sys_(n, *a):
+    r = libc.syscall(n, *a)
+    return r if r >= 0 else -ctypes.get_errno()
+def run(op, a):
+    try:
+        if op in ('exchange', 'rename'):
+            r = sys_(NR[0], AT_FDCWD, a[0].encode(), AT_FDCWD, a[1].encode(), 2 if op == 'exchange' else 0)
+            return -r if r < 0 else 0
+        if op == 'opath_write':
+            fd = os.open(a[0], os.O_PATH)
+            w = os.open('/proc/self/fd/%d' % fd, os.O_WRONLY | os.O_APPEND)
+            os.write(w, b'planted\n'); return 0
+        if op == 'opath_create':
+            fd = os.open(a[0], os.O_PATH | os.O_DIRECTORY)
+            w = os.open(a[1], os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=fd)
+            os.write(w, b'#!/bin/sh\necho planted\n'); return 0
+        if op in ('openat2_write', 'openat2_create'):
+            flags = os.O_WRONLY | (os.O_CREAT if op == 'openat2_create' else os.O_APPEND)
+            how = How(flags, 0o755 if op == 'openat2_create' else 0, 0x02 | 0x04)
+            r = sys_(NR[1], AT_FDCWD, a[0].encode(), ctypes.byref(how), ctypes.sizeof(how))
+            if r < 0: return -r
+            os.write(r, b'planted\n'); return 0
+    except OSError as e:
+        return e.errno
+    raise SystemExit('unknown op ' + op)
+print('%s=%d' % (sys.argv[1], run(sys.argv[1], sys.argv[2:])))
+"#;
+
+/// A git repository at `dir` (`.git` with a config), a `.codex/config.toml`, and the prepared
+/// trees an attacker swaps in: `evil` (a gitdir whose core.fsmonitor appends to `counter`) and
+/// `evilcodex` (a planted config), and a top-level file `cfg`.
+fn repo_layout(dir: &Path, counter: &Path) {
+    let (code, out) = host_sh(&format!(
+        "cd {d} && git init -q . && git config user.email t@t && mkdir .codex && \
+         echo 'model = \"safe\"' > .codex/config.toml && {evil} && mkdir evilcodex && \
+         echo 'planted = true' > evilcodex/config.toml && echo cfg > cfg",
+        d = dir.display(),
+        evil = common::gitdir_script("evil", counter),
+    ));
+    assert_eq!(code, 0, "{out}");
+}
+
+/// What the host's git and tools see of a layout: (inode of `.git`, `.git/config`, the hooks,
+/// `.codex/config.toml`, the pinned root's inode).
+fn repo_state(dir: &Path) -> (u64, String, Vec<String>, String, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut hooks: Vec<String> = std::fs::read_dir(dir.join(".git/hooks"))
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.ends_with(".sample"))
+                .collect()
+        })
+        .unwrap_or_default();
+    hooks.sort();
+    (
+        std::fs::metadata(dir.join(".git"))
+            .map(|m| m.ino())
+            .unwrap_or(0),
+        std::fs::read_to_string(dir.join(".git/config")).unwrap_or_default(),
+        hooks,
+        std::fs::read_to_string(dir.join(".codex/config.toml")).unwrap_or_default(),
+        std::fs::metadata(dir).map(|m| m.ino()).unwrap_or(0),
+    )
+}
+
+/// The attacks, each `(op, args, errnos the sandbox answers)` run in the root (the pinned root's own name is `ROOT`, a
+/// sibling in its writable parent `SIB`).
+const FS_ATTACKS: &[(&str, &str, &[i32])] = &[
+    // EBUSY: a protected name and the root are mount points in the sandbox; EXDEV: across them.
+    ("exchange", "evil .git", &[libc::EBUSY]),
+    ("exchange", ".git evil", &[libc::EBUSY]),
+    ("exchange", "evilcodex .codex", &[libc::EBUSY]),
+    ("exchange", "cfg .git/config", &[libc::EXDEV, libc::EBUSY]),
+    ("rename", "evil .git", &[libc::EBUSY]),
+    // EROFS: the read-only mount holds whatever descriptor reaches it.
+    ("opath_write", ".git/config", &[libc::EROFS]),
+    ("opath_write", ".codex/config.toml", &[libc::EROFS]),
+    ("opath_create", ".git hooks/pre-commit", &[libc::EROFS]),
+    // ENOSYS: openat2 is not offered in sandboxed modes (H3: its mode cannot be filtered).
+    ("openat2_write", ".git/config", &[libc::ENOSYS]),
+    (
+        "openat2_create",
+        ".git/hooks/post-checkout",
+        &[libc::ENOSYS],
+    ),
+    ("exchange", "ROOT SIB", &[libc::EBUSY]),
+    ("rename", "ROOT SIB2", &[libc::EBUSY]),
+];
+
+/// Runs [`FS_ATTACKS`] in `root` (a root whose parent is writable, with the sibling `sib`) by
+/// `run` (a host shell or a sandboxed one); returns the `op=errno` lines in order.
+fn fs_attack_script(script: &Path, root: &Path, sib: &Path) -> String {
+    let mut lines = vec![format!("cd {}", root.display())];
+    for (op, args, _) in FS_ATTACKS {
+        let args = args
+            .replace("ROOT", &root.display().to_string())
+            .replace("SIB2", &format!("{}2", sib.display()))
+            .replace("SIB", &sib.display().to_string());
+        lines.push(format!("python3 {} {op} {args}", script.display()));
+    }
+    lines.join("\n")
+}
+
+/// RENAME_EXCHANGE, O_PATH and openat2 from a workspace-write sandbox cannot change a
+/// protected name (`.git`, `.codex`) or the pinned root itself: swapping `.git` or `.codex`
+/// with a prepared tree, swapping a file into `.git`, writing `.git/config` or creating a hook
+/// through an O_PATH descriptor (its /proc link, openat below it, a hard link to it), openat2
+/// with RESOLVE flags, swapping or renaming the root (in a writable parent: the root lies below
+/// /tmp, itself a writable root). Judged on the host: the same inodes and contents, no hook,
+/// and the host's `git status` runs nothing planted. Baseline: the same script as the same
+/// (root) user on the host, on a copy of the layout, does every one of these things.
+#[tokio::test]
+async fn h26_e_exchange_opath_openat2_change_no_protected_name_or_root() {
+    let py = common::outside();
+    let script = py.path().join("fs_attack.py");
+    std::fs::write(&script, FS_ATTACK).unwrap();
+    let counters = common::outside();
+
+    // Baseline on the host.
+    let base = scratch();
+    let (broot, bsib) = (base.path().join("proj"), base.path().join("sib"));
+    std::fs::create_dir_all(&broot).unwrap();
+    std::fs::create_dir_all(&bsib).unwrap();
+    let bcount = counters.path().join("base");
+    repo_layout(&broot, &bcount);
+    let (_, out) = host_sh(&fs_attack_script(&script, &broot, &bsib));
+    let host: Vec<&str> = out.lines().collect();
+    assert_eq!(host.len(), FS_ATTACKS.len(), "{out}");
+    for (line, (op, args, _)) in host.iter().zip(FS_ATTACKS) {
+        // The exchange back (`.git evil` after `evil .git`) and `rename evil .git` (onto a
+        // non-empty directory) are the only ones that may fail on the host.
+        let may_fail = (*op == "rename" && args.starts_with("evil"))
+            || (*op == "exchange" && args.starts_with(".git"));
+        assert!(
+            may_fail || line.ends_with("=0"),
+            "baseline {op} {args}: {line}\n{out}"
+        );
+    }
+    // Their effect on the host (the root and its sibling were swapped, then the sibling
+    // renamed: the repository is now at `sib`): a planted hook, config and .codex config.
+    let (_, st) = host_sh(&format!(
+        "cd {} && ls .git/hooks && cat .git/config .codex/config.toml",
+        bsib.display()
+    ));
+    assert!(
+        st.contains("pre-commit") && st.contains("planted"),
+        "the baseline planted: {st}"
+    );
+    // And the swap of `.git` alone makes the host's git run the planted fsmonitor.
+    let base2 = scratch();
+    let bcount2 = counters.path().join("base2");
+    repo_layout(base2.path(), &bcount2);
+    let (_, out) = host_sh(&format!(
+        "cd {} && python3 {} exchange evil .git && git status",
+        base2.path().display(),
+        script.display()
+    ));
+    assert!(common::count_lines(&bcount2) > 0, "baseline: {out}");
+
+    // The sandbox: the same layout, the root below /tmp (a writable root: its parent is
+    // writable), and the same script.
+    let ws = scratch();
+    let (root, sib) = (ws.path().join("proj"), ws.path().join("sib"));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&sib).unwrap();
+    let count = counters.path().join("sandbox");
+    repo_layout(&root, &count);
+    let before = repo_state(&root);
+    let d = Daemon::start(&[]).await;
+    let id = d.open(&root, SandboxMode::WorkspaceWrite).await;
+    let r = d.sh(&id, &fs_attack_script(&script, &root, &sib)).await;
+    let inside: Vec<&str> = r.output.lines().filter(|l| l.contains('=')).collect();
+    assert_eq!(inside.len(), FS_ATTACKS.len(), "{}", r.output);
+    for (line, (op, args, errnos)) in inside.iter().zip(FS_ATTACKS) {
+        let errno: i32 = line.split('=').nth(1).unwrap().trim().parse().unwrap();
+        assert!(
+            errnos.contains(&errno),
+            "sandbox {op} {args}: errno {errno}, expected one of {errnos:?}\n{}",
+            r.output
+        );
+    }
+    assert_eq!(repo_state(&root), before, "{}", r.output);
+    assert!(!sib.join(".git").exists() && !ws.path().join("sib2").exists());
+    let (_, st) = host_sh(&format!("cd {} && git status 2>&1", root.display()));
+    assert_eq!(common::count_lines(&count), 0, "planted code ran: {st}");
+    // The allowed path in the same session: writes in the root, a rename there, and an
+    // O_PATH descriptor of a plain file written through its /proc link.
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "cd {} && echo ok > plain && mv plain plain2 && python3 {} opath_write plain2",
+                root.display(),
+                script.display()
+            ),
+        )
+        .await;
+    assert!(r.output.contains("opath_write=0"), "{}", r.output);
+    assert_eq!(
+        std::fs::read_to_string(root.join("plain2")).unwrap(),
+        "ok\nplanted\n"
+    );
 }
