@@ -6,6 +6,7 @@ use crate::daemon::pool::{Worker, WorkerPool};
 use crate::daemon::processes::Home;
 use crate::daemon::resolver::Resolver;
 use crate::daemon::sessions::Session;
+use crate::daemon::start_rate::{StartRate, Turn};
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
 use crate::sandbox::report::Layer;
@@ -28,6 +29,8 @@ pub struct Executor {
     profiles: Arc<ProfileSet>,
     /// Resolves each session's paths as its caller (§8.6 H5).
     resolver: Resolver,
+    /// Each user's budget of sandbox starts (H23).
+    starts: Arc<StartRate>,
 }
 
 impl Executor {
@@ -37,6 +40,7 @@ impl Executor {
             state_paths,
             profiles: Arc::new(profiles),
             resolver: Resolver::default(),
+            starts: Arc::default(),
         }
     }
 
@@ -101,6 +105,7 @@ impl Executor {
     /// The effective policy of a session (spec/sandbox.md §2.2–2.3), resolved as the caller by
     /// the path resolver: the daemon itself never looks at the paths (§8.6 H5).
     pub async fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
+        self.wait_for_start_turn(session).await?;
         let profile = match self.profiles.get(&session.profile) {
             Some(p) if p.mode == session.mode => p.clone(),
             _ => self.profiles.for_mode(session.mode).clone(),
@@ -151,6 +156,31 @@ impl Executor {
             }
         }
         Ok(policy)
+    }
+
+    /// Every resolution starts a resolver helper and usually a worker: it is a start of the
+    /// session owner's budget (H23), waited for here, before any process is made.
+    async fn wait_for_start_turn(&self, session: &Session) -> Result<(), Status> {
+        let Some(rule) = &session.rule else {
+            return Ok(());
+        };
+        let budget = rule.start_budget;
+        match self
+            .starts
+            .take(session.owner_uid, budget, std::time::Instant::now())
+        {
+            Turn::Now => Ok(()),
+            Turn::After(wait) => {
+                tokio::time::sleep(wait).await;
+                Ok(())
+            }
+            Turn::Refused { retry_after } => Err(crate::daemon::status::starting_too_fast(
+                session.owner_uid,
+                &rule.name,
+                budget.per_second,
+                retry_after,
+            )),
+        }
     }
 
     /// Builds a throw-away read-only worker to learn which layers this host enforces.
@@ -294,6 +324,11 @@ impl Executor {
         let policy = session
             .current_policy()
             .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+        // Replacing a worker that died (say, killed by its memory limit on purpose, in a loop)
+        // is a start like any other (H23).
+        if self.pool.existing(&policy).await.is_none() {
+            self.wait_for_start_turn(session).await?;
+        }
         self.pool.get(&policy).await
     }
 

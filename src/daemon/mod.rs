@@ -23,6 +23,7 @@ pub mod server;
 pub mod service;
 pub mod sessions;
 pub mod socket;
+mod start_rate;
 pub mod startup;
 pub mod status;
 mod stream_pump;

@@ -15,6 +15,9 @@
 //! max_open_files = 4096
 //! max_file_size_bytes = 8589934592
 //! max_memory_bytes = 4294967296     # memory of one sandbox worker and its commands together
+//! max_user_memory_bytes = 8589934592 # memory of all of the user's workers together (H21)
+//! sandbox_starts_per_second = 8    # sandboxes a user may start (open, escalate), on average (H23)
+//! sandbox_start_burst = 16         # ... and at once, before the rate applies
 //!
 //! [policy.users.alice]             # a user's rule wins over their groups' rules
 //! modes = ["read-only", "workspace-write", "danger-full-access"]
@@ -24,6 +27,7 @@
 //! ```
 //! Keys a rule leaves out come from `policy.default`, then from the built-in defaults.
 
+use crate::daemon::start_rate::Budget;
 use crate::sandbox::policy::{Identity, Mode};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -48,6 +52,9 @@ pub struct RuleConfig {
     pub max_file_size_bytes: Option<u64>,
     /// The memory limit of each of the user's sandbox workers (H11).
     pub max_memory_bytes: Option<u64>,
+    pub max_user_memory_bytes: Option<u64>,
+    pub sandbox_starts_per_second: Option<u32>,
+    pub sandbox_start_burst: Option<u32>,
 }
 
 /// The `[policy]` table.
@@ -65,6 +72,12 @@ pub struct PolicyConfig {
 /// Built-in per-user caps: one user cannot fill the daemon's shared tables (spec H12).
 pub const DEFAULT_MAX_SESSIONS: usize = 64;
 pub const DEFAULT_MAX_WORKERS: usize = 16;
+/// Built-in start budget (H23): enough for an agent platform opening sessions in bursts; one
+/// user's loop beyond it waits its turn instead of taking the CPU from others.
+pub const DEFAULT_STARTS_PER_SECOND: u32 = 8;
+pub const DEFAULT_START_BURST: u32 = 16;
+/// The smallest per-user memory ceiling an operator may set: below it no worker starts.
+pub const MIN_USER_MEMORY_BYTES: u64 = 64 << 20;
 
 /// The rule that applies to one caller, resolved, with its name for refusals.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +96,11 @@ pub struct Rule {
     pub max_file_size_bytes: Option<u64>,
     /// The memory limit of each of the user's sandbox workers (H11).
     pub max_memory_bytes: Option<u64>,
+    /// Memory of all of the user's workers together (a per-user parent cgroup); `None`: the
+    /// daemon's default (see `cgroup::default_limit_bytes`).
+    pub max_user_memory_bytes: Option<u64>,
+    /// How fast the user may start sandboxes (H23).
+    pub start_budget: Budget,
 }
 
 impl PolicyConfig {
@@ -113,6 +131,20 @@ impl PolicyConfig {
             }
             if rule.max_workers == Some(0) {
                 return Err(format!("{name}.max_workers must be greater than zero"));
+            }
+            if rule.sandbox_starts_per_second == Some(0) || rule.sandbox_start_burst == Some(0) {
+                return Err(format!(
+                    "{name}.sandbox_starts_per_second and sandbox_start_burst must be greater \
+                     than zero"
+                ));
+            }
+            if rule
+                .max_user_memory_bytes
+                .is_some_and(|b| b < MIN_USER_MEMORY_BYTES)
+            {
+                return Err(format!(
+                    "{name}.max_user_memory_bytes must be at least {MIN_USER_MEMORY_BYTES} (64 MiB)"
+                ));
             }
             if rule.timeout_ceiling_ms == Some(0) {
                 return Err(format!(
@@ -154,6 +186,12 @@ impl PolicyConfig {
             max_open_files: pick(specific, d, |r| r.max_open_files),
             max_file_size_bytes: pick(specific, d, |r| r.max_file_size_bytes),
             max_memory_bytes: pick(specific, d, |r| r.max_memory_bytes),
+            max_user_memory_bytes: pick(specific, d, |r| r.max_user_memory_bytes),
+            start_budget: Budget {
+                per_second: pick(specific, d, |r| r.sandbox_starts_per_second)
+                    .unwrap_or(DEFAULT_STARTS_PER_SECOND),
+                burst: pick(specific, d, |r| r.sandbox_start_burst).unwrap_or(DEFAULT_START_BURST),
+            },
         }
     }
 }
@@ -179,6 +217,9 @@ impl Rule {
         }
         if let Some(n) = self.max_memory_bytes {
             limits.memory_bytes = n;
+        }
+        if let Some(n) = self.max_user_memory_bytes {
+            limits.user_memory_bytes = n;
         }
         if let Some(n) = self.max_open_files {
             limits.open_files = n;

@@ -930,6 +930,13 @@ impl WorkerPool {
         self.prewarm_after(REPLACE_AFTER);
         let limit = policy.limits.memory_bytes;
         let processes = policy.limits.processes;
+        // Every worker of a user lives under that user's ceiling (H21).
+        let uid = policy
+            .identity
+            .as_ref()
+            .map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        let user_limit = policy.limits.user_memory_bytes;
+        let cgroups = self.cgroups.clone();
         let cant_limit = |e: &dyn std::fmt::Display| {
             Status::failed_precondition(format!(
                 "sandbox unavailable: limits could not be applied: cannot create the worker's \
@@ -939,11 +946,13 @@ impl WorkerPool {
         let spare = match spare {
             // The session's limit goes on before the spec, so it covers everything the worker
             // does for the session (H11). No process moves between cgroups here.
-            Some(spare) => {
+            Some(mut spare) => {
                 let spare = tokio::task::spawn_blocking(move || {
-                    if let Some(cg) = &spare.cgroup.0 {
+                    if let (Some(cg), Some(cgroups)) = (spare.cgroup.0.take(), &cgroups) {
+                        let cg = cgroups.move_to_user(cg, uid, user_limit)?;
                         cg.set_limit(limit)?;
                         cg.set_max_processes(processes)?;
+                        spare.cgroup.0 = Some(cg);
                     }
                     Ok::<_, std::io::Error>(spare)
                 })
@@ -958,7 +967,13 @@ impl WorkerPool {
                         let n = self.spawned.fetch_add(1, Ordering::Relaxed);
                         let cgroups = cgroups.clone();
                         let made = tokio::task::spawn_blocking(move || {
-                            cgroups.create(&format!("worker-{n}"), limit, processes)
+                            cgroups.create_for_user(
+                                uid,
+                                user_limit,
+                                &format!("worker-{n}"),
+                                limit,
+                                processes,
+                            )
                         })
                         .await
                         .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;

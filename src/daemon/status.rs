@@ -83,6 +83,26 @@ pub fn invalid_field(field: &str, message: &str) -> Status {
     )
 }
 
+/// A user starting sandboxes faster than its rule allows, beyond the longest wait (H23).
+pub fn starting_too_fast(
+    uid: u32,
+    rule: &str,
+    per_second: u32,
+    retry_after: std::time::Duration,
+) -> Status {
+    let message = format!(
+        "uid {uid} is starting sandboxes faster than policy rule `{rule}` allows \
+         ({per_second} per second, sandbox_starts_per_second): retry in {} ms, or reuse an \
+         open session",
+        retry_after.as_millis().max(1)
+    );
+    Status::with_error_details(
+        Code::ResourceExhausted,
+        message,
+        ErrorDetails::with_retry_info(Some(retry_after)),
+    )
+}
+
 /// An unknown session, or one of another identity: exactly the same answer, so nothing hints
 /// that the other exists.
 pub fn session_not_found(id: &str) -> Status {

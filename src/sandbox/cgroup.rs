@@ -15,9 +15,15 @@
 //! 4. Keep the [`WorkerCgroup`] as long as the worker; drop it after reaping (the directory is
 //!    removed, leftover members killed).
 //!
-//! Layout: `<daemon's own memory cgroup>/corral-workers/daemon-<pid>/<name>`. The per-daemon
-//! level keeps daemons that share a cgroup (a test suite, two instances) from colliding on
-//! worker names or removing each other's directories.
+//! And a memory ceiling per user (H21): every worker of a uid lives under that user's parent
+//! cgroup `user-<uid>`, whose limit bounds all of them together — one user's sixteen workers
+//! cannot take the host's memory even when each stays under its own limit.
+//!
+//! Layout: `<daemon's own memory cgroup>/corral-workers/daemon-<pid>/user-<uid>/<name>` (a
+//! spare, started before its user is known, waits at `daemon-<pid>/<name>` and is moved under
+//! its user's group when it gets its session). The per-daemon level keeps daemons that share a
+//! cgroup (a test suite, two instances) from colliding on worker names or removing each other's
+//! directories.
 //!
 //! Hierarchies: cgroup v2 when its `memory` controller is available (`memory.max`,
 //! `memory.swap.max = 0`), else the v1 `memory` controller (`memory.limit_in_bytes`, and
@@ -38,6 +44,9 @@ pub const WORKERS_DIR: &str = "corral-workers";
 
 /// The lowest default limit, whatever the host's memory.
 pub const MIN_DEFAULT_LIMIT: u64 = 1 << 30;
+
+/// A user's group in this daemon's directory: `user-<uid>`.
+const USER_PREFIX: &str = "user-";
 
 /// `pids.max` of the probe cgroup made at detection.
 const PROBE_PROCESSES: u64 = 16;
@@ -136,13 +145,118 @@ impl MemoryCgroups {
         limit_bytes: u64,
         max_processes: u64,
     ) -> io::Result<WorkerCgroup> {
+        self.create_in(&self.dir, name, limit_bytes, max_processes)
+    }
+
+    /// [`Self::create`] under `uid`'s group, whose limit becomes `user_limit` (H21).
+    pub fn create_for_user(
+        &self,
+        uid: u32,
+        user_limit: u64,
+        name: &str,
+        limit_bytes: u64,
+        max_processes: u64,
+    ) -> io::Result<WorkerCgroup> {
+        self.in_user_group(uid, user_limit, |group| {
+            self.create_in(group, name, limit_bytes, max_processes)
+        })
+    }
+
+    /// Moves a spare's worker cgroup `cg`, members and all, under `uid`'s group (limit
+    /// `user_limit`), keeping its name, limits and `pids` group. Memory the members were
+    /// charged before the move stays with the old group, which is removed: a spare has done
+    /// nothing yet but exec.
+    pub fn move_to_user(
+        &self,
+        mut cg: WorkerCgroup,
+        uid: u32,
+        user_limit: u64,
+    ) -> io::Result<WorkerCgroup> {
+        let name = cg
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| io::Error::other("worker cgroup without a name"))?
+            .to_string();
+        let moved = self.in_user_group(uid, user_limit, |group| {
+            let dir = group.join(&name);
+            let procs = fresh_dir(&dir)?;
+            Ok(WorkerCgroup {
+                version: self.version,
+                dir,
+                procs,
+                pids: None,
+            })
+        })?;
+        moved.copy_limits_from(&cg)?;
+        let members = fs::read_to_string(cg.dir.join("cgroup.procs"))
+            .map_err(|e| with_path(e, "read", &cg.dir.join("cgroup.procs")))?;
+        for pid in members.lines().filter(|l| !l.trim().is_empty()) {
+            fs::write(moved.procs_file(), pid.trim())
+                .map_err(|e| with_path(e, "write", &moved.procs_file()))?;
+        }
+        let mut moved = moved;
+        moved.pids = cg.pids.take();
+        Ok(moved)
+    }
+
+    /// Runs `make` in `uid`'s group, made (or its limit rewritten) first. A group emptied and
+    /// removed by a worker's drop between the two steps is made again.
+    fn in_user_group(
+        &self,
+        uid: u32,
+        user_limit: u64,
+        make: impl Fn(&Path) -> io::Result<WorkerCgroup>,
+    ) -> io::Result<WorkerCgroup> {
+        let group = self.dir.join(format!("{USER_PREFIX}{uid}"));
+        let mut last = None;
+        for _ in 0..3 {
+            self.user_group(&group, user_limit)?;
+            match make(&group) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("user cgroup vanished")))
+    }
+
+    /// Makes the user group `group` if missing and sets its limit. A limit that cannot be
+    /// lowered below what the user's workers use now (v1: EBUSY) keeps the old one, logged.
+    fn user_group(&self, group: &Path, limit: u64) -> io::Result<()> {
+        let made = match fs::create_dir(group) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(with_path(e, "mkdir", group)),
+        };
+        if self.version == CgroupVersion::V2 {
+            enable(group, "memory").map_err(io::Error::other)?;
+            if self.pids == Some(PidsHome::SameDir) {
+                enable(group, "pids").map_err(io::Error::other)?;
+            }
+        }
+        match set_memory_limit(self.version, group, limit) {
+            Err(e) if !made => {
+                tracing::warn!("keeping the old memory ceiling of {}: {e}", group.display());
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn create_in(
+        &self,
+        parent: &Path,
+        name: &str,
+        limit_bytes: u64,
+        max_processes: u64,
+    ) -> io::Result<WorkerCgroup> {
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("bad cgroup name {name:?}"),
             ));
         }
-        let dir = self.dir.join(name);
+        let dir = parent.join(name);
         let procs = fresh_dir(&dir)?;
         // From here the directory is removed again if a limit cannot be written.
         let mut cg = WorkerCgroup {
@@ -226,6 +340,41 @@ fn remove_when_empty(dir: &Path, kill: impl Fn()) {
     }
 }
 
+/// Sets the memory limit of the cgroup `dir`, swap included (v2 `memory.max` and
+/// `memory.swap.max = 0`; v1 `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`).
+fn set_memory_limit(version: CgroupVersion, dir: &Path, bytes: u64) -> io::Result<()> {
+    let write = |file: &str, value: u64| {
+        let p = dir.join(file);
+        fs::write(&p, value.to_string()).map_err(|e| with_path(e, "write", &p))
+    };
+    let write_if_present = |file: &str, value: u64| match write(file, value) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    match version {
+        CgroupVersion::V2 => {
+            write("memory.max", bytes)?;
+            write_if_present("memory.swap.max", 0)
+        }
+        CgroupVersion::V1 => {
+            // v1 refuses any step that leaves memory+swap below memory (EINVAL): a raised
+            // limit takes memory+swap first, a lowered one takes it last.
+            match write_if_present("memory.memsw.limit_in_bytes", bytes) {
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    write("memory.limit_in_bytes", bytes)?;
+                    write("memory.memsw.limit_in_bytes", bytes)?;
+                }
+                other => {
+                    other?;
+                    write("memory.limit_in_bytes", bytes)?;
+                }
+            }
+            // Without swap accounting, at least prefer reclaiming cache to swapping.
+            write_if_present("memory.swappiness", 0)
+        }
+    }
+}
+
 /// SIGKILLs every process `dir/cgroup.procs` lists.
 fn kill_listed_members(dir: &Path) {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
@@ -244,28 +393,28 @@ impl WorkerCgroup {
     /// Sets (or changes: a spare's cgroup gets its session's limit later) the memory limit of
     /// everything in the cgroup, swap included.
     pub fn set_limit(&self, bytes: u64) -> io::Result<()> {
-        match self.version {
-            CgroupVersion::V2 => {
-                self.write("memory.max", bytes)?;
-                self.write_if_present("memory.swap.max", 0)
-            }
-            CgroupVersion::V1 => {
-                // v1 refuses any step that leaves memory+swap below memory (EINVAL): a raised
-                // limit takes memory+swap first, a lowered one takes it last.
-                match self.write_if_present("memory.memsw.limit_in_bytes", bytes) {
-                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
-                        self.write("memory.limit_in_bytes", bytes)?;
-                        self.write("memory.memsw.limit_in_bytes", bytes)?;
-                    }
-                    other => {
-                        other?;
-                        self.write("memory.limit_in_bytes", bytes)?;
-                    }
-                }
-                // Without swap accounting, at least prefer reclaiming cache to swapping.
-                self.write_if_present("memory.swappiness", 0)
-            }
-        }
+        set_memory_limit(self.version, &self.dir, bytes)
+    }
+
+    /// Gives this (new, empty) cgroup the memory limit `other` has.
+    fn copy_limits_from(&self, other: &WorkerCgroup) -> io::Result<()> {
+        let file = match self.version {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        };
+        let p = other.dir.join(file);
+        let text = fs::read_to_string(&p).map_err(|e| with_path(e, "read", &p))?;
+        let bytes = match text.trim() {
+            "max" => u64::MAX,
+            n => n.parse().map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display()))
+            })?,
+        };
+        self.set_limit(bytes)
+    }
+
+    fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
     }
 
     /// Sets (or changes, for a spare given its session's limits) how many processes the worker
@@ -283,18 +432,6 @@ impl WorkerCgroup {
     /// Whether this worker's processes are counted by a `pids` cgroup.
     pub fn limits_processes(&self) -> bool {
         self.pids.is_some()
-    }
-
-    fn write(&self, file: &str, value: u64) -> io::Result<()> {
-        let p = self.dir.join(file);
-        fs::write(&p, value.to_string()).map_err(|e| with_path(e, "write", &p))
-    }
-
-    fn write_if_present(&self, file: &str, value: u64) -> io::Result<()> {
-        match self.write(file, value) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
     }
 
     /// Moves the calling process into this cgroup (and its v1 `pids` group). Async-signal-safe
@@ -393,9 +530,17 @@ impl WorkerCgroup {
 }
 
 impl Drop for WorkerCgroup {
-    /// Removes the directory (see [`remove_when_empty`]), killing members still alive.
+    /// Removes the directory (see [`remove_when_empty`]), killing members still alive, and
+    /// its user's group if this was the user's last worker (busy otherwise: left).
     fn drop(&mut self) {
         remove_when_empty(&self.dir, || self.kill_members());
+        if let Some(group) = self.dir.parent().filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(USER_PREFIX))
+        }) {
+            let _ = fs::remove_dir(group);
+        }
     }
 }
 
@@ -663,15 +808,20 @@ fn remove_stale(workers: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if let Ok(children) = fs::read_dir(entry.path()) {
-            for child in children.flatten() {
-                if child.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = fs::remove_dir(child.path());
-                }
+        remove_empty_tree(&entry.path());
+    }
+}
+
+/// Removes `dir` and its child cgroups (user groups hold workers: two levels), deepest first.
+fn remove_empty_tree(dir: &Path) {
+    if let Ok(children) = fs::read_dir(dir) {
+        for child in children.flatten() {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_tree(&child.path());
             }
         }
-        let _ = fs::remove_dir(entry.path());
     }
+    let _ = fs::remove_dir(dir);
 }
 
 #[cfg(test)]
@@ -813,6 +963,55 @@ mod tests {
     }
 
     /// H21: `pids.max` binds a root process, which `RLIMIT_NPROC` does not.
+    #[test]
+    fn a_users_workers_together_stay_under_the_users_ceiling() {
+        let Some(cgs) = cgroups() else { return };
+        let uid = 4_000_000_000 + std::process::id() % 1000;
+        // Each worker may have 256 MiB; the user's two together 96 MiB.
+        let a = cgs
+            .create_for_user(uid, 96 * MIB, &unique("ua"), 256 * MIB, 1024)
+            .unwrap();
+        let b = cgs
+            .create_for_user(uid, 96 * MIB, &unique("ub"), 256 * MIB, 1024)
+            .unwrap();
+        let group = a.path().parent().unwrap().to_path_buf();
+        assert_eq!(group, cgs.dir().join(format!("user-{uid}")));
+        assert_eq!(b.path().parent().unwrap(), group);
+        // One worker alone over the ceiling: killed although under its own limit.
+        let killed = in_child(|| {
+            a.join_self_raw().map_err(|e| format!("join: {e}"))?;
+            touch(128 << 20)?;
+            Err("allocated 128 MiB under a 96 MiB user ceiling".into())
+        });
+        assert!(
+            matches!(killed.status, WaitStatus::Signaled(_, Signal::SIGKILL, _)),
+            "expected SIGKILL, got {killed:?}"
+        );
+        // Under it: fine, in either worker.
+        let fits = in_child(|| {
+            b.join_self_raw().map_err(|e| format!("join: {e}"))?;
+            touch(32 << 20)
+        });
+        assert!(fits.exited_ok(), "32 MiB under 96 MiB: {fits:?}");
+        // A spare moved in keeps its limit and joins the same ceiling.
+        let spare = cgs.create(&unique("spare"), 200 * MIB, 1024).unwrap();
+        let old = spare.path().to_path_buf();
+        let moved = cgs.move_to_user(spare, uid, 96 * MIB).unwrap();
+        assert_eq!(moved.path().parent().unwrap(), group);
+        assert!(!old.exists(), "the spare's old group is gone");
+        let limit = fs::read_to_string(moved.path().join(match cgs.version() {
+            CgroupVersion::V1 => "memory.limit_in_bytes",
+            CgroupVersion::V2 => "memory.max",
+        }))
+        .unwrap();
+        assert_eq!(limit.trim(), (200 * MIB).to_string());
+        // The last worker out removes the user's group.
+        drop((a, b));
+        assert!(group.exists(), "still in use by the moved spare");
+        drop(moved);
+        assert!(!group.exists(), "{} left behind", group.display());
+    }
+
     #[test]
     fn root_cannot_fork_past_the_process_limit() {
         let Some(cgs) = cgroups() else { return };

@@ -204,6 +204,7 @@ mod tests {
             open_files: 32,
             file_size_bytes: 4096,
             memory_bytes: 1 << 30,
+            user_memory_bytes: 1 << 30,
             data_bytes: 1 << 30,
         }
     }

@@ -54,6 +54,11 @@ pub struct ResourceLimits {
     /// a memory cgroup's limit where the daemon can create one. Default: half the host's RAM.
     #[serde(default = "crate::sandbox::cgroup::default_limit_bytes")]
     pub memory_bytes: u64,
+    /// Memory all workers of the same user may use together (H21): the limit of the user's
+    /// parent cgroup. Default: half the host's RAM, so no one user can bring the host into
+    /// global OOM.
+    #[serde(default = "crate::sandbox::cgroup::default_limit_bytes")]
+    pub user_memory_bytes: u64,
     /// RLIMIT_DATA: set to `memory_bytes` by the daemon only when no memory cgroup can be made
     /// (a per-process fallback; unlimited otherwise).
     #[serde(default = "unlimited")]
@@ -72,6 +77,7 @@ impl Default for ResourceLimits {
             open_files: 4096,
             file_size_bytes: 16 * 1024 * 1024 * 1024,
             memory_bytes: crate::sandbox::cgroup::default_limit_bytes(),
+            user_memory_bytes: crate::sandbox::cgroup::default_limit_bytes(),
             data_bytes: unlimited(),
         }
     }
