@@ -709,3 +709,237 @@ async fn h26_e_exchange_opath_openat2_change_no_protected_name_or_root() {
         "ok\nplanted\n"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A disk that fills up mid-upload and mid-patch.
+// ---------------------------------------------------------------------------------------------
+
+/// Names and contents of the files at the top of `dir` (what a half-written file or a staging
+/// left behind would change).
+fn top_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let bytes = if e.file_type().unwrap().is_file() {
+                std::fs::read(e.path()).unwrap()
+            } else {
+                Vec::new()
+            };
+            (e.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect()
+}
+
+fn up(item: api::upload_request::Item) -> api::UploadRequest {
+    api::UploadRequest { item: Some(item) }
+}
+
+/// An upload that replaces `keep` on a 2 MiB disk while a sandboxed command of the same
+/// session fills the disk, its data on the way: the upload reserved its declared size when its
+/// file began, so it completes whole and the filler gets the rest. On the disk the fillers
+/// left full, an upload and a WriteBytes over `keep` fail with RESOURCE_EXHAUSTED; `keep` is
+/// intact, no staging is left, and the space is free again once the fillers are gone. The
+/// allowed path: both succeed on the same disk with room.
+#[tokio::test]
+async fn h26_f_disk_full_mid_upload_keeps_the_original() {
+    use api::upload_request::Item;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
+        return;
+    }
+    let disk = common::SmallDisk::mount(2 << 20);
+    let ws = disk.0.path();
+    std::fs::write(ws.join("keep"), "old\n").unwrap();
+    let d = Daemon::start(&[]).await;
+    let s = d.open(ws, SandboxMode::WorkspaceWrite).await;
+    let before = (top_files(ws), disk.used());
+    let chunk = vec![7u8; 256 << 10];
+    let messages = |session: &str| {
+        let mut m = vec![
+            up(Item::Start(api::UploadStart {
+                session_id: session.into(),
+                path: "keep".into(),
+                overwrite: true,
+                ..Default::default()
+            })),
+            up(Item::Entry(api::TransferEntry {
+                path: String::new(),
+                kind: api::EntryKind::File as i32,
+                mode: Some(0o644),
+                size: 1 << 20,
+                link_target: String::new(),
+            })),
+        ];
+        m.extend((0..4).map(|_| up(Item::Data(chunk.clone()))));
+        m.push(up(Item::Finish(api::UploadFinish {
+            entries: 1,
+            bytes: 1 << 20,
+        })));
+        m
+    };
+    let mut all = messages(&s).into_iter();
+    let (tx, rx) = tokio::sync::mpsc::channel::<api::UploadRequest>(16);
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+    let mut files = d.files().await;
+    let upload = tokio::spawn(async move { files.upload(stream).await });
+    // Start, entry and the first quarter of the data.
+    for m in all.by_ref().take(3) {
+        tx.send(m).await.unwrap();
+    }
+    // Its file began: the declared size is reserved on the disk.
+    assert!(
+        common::eventually(Duration::from_secs(20), || disk.used()
+            >= before.1 + (1 << 20))
+        .await,
+        "the upload's file began"
+    );
+    // The session's own command fills the disk (its root: allowed).
+    let r = d
+        .sh(
+            &s,
+            "dd if=/dev/zero of=filler bs=64k 2>&1; df -k . | tail -1",
+        )
+        .await;
+    assert!(r.output.contains("No space left"), "{}", r.output);
+    for m in all {
+        if tx.send(m).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    // The upload reserved its declared size when its file began (fallocate): the filler
+    // got only the rest, and the upload completes whole.
+    tokio::time::timeout(Duration::from_secs(30), upload)
+        .await
+        .expect("the upload ends")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the reserved upload completes: {e:?}\n{}", r.output));
+    assert_eq!(std::fs::read(ws.join("keep")).unwrap(), vec![7u8; 1 << 20]);
+    std::fs::write(ws.join("keep"), "old\n").unwrap();
+    // Now the disk is full before the next upload starts (the filler took the freed space
+    // too): the upload over `keep` is refused and changes nothing.
+    let r = d.sh(&s, "dd if=/dev/zero of=filler2 bs=64k 2>&1").await;
+    assert!(r.output.contains("No space left"), "{}", r.output);
+    let e = d
+        .files()
+        .await
+        .upload(tokio_stream::iter(messages(&s)))
+        .await
+        .expect_err("no room for the upload");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message().contains("nothing was changed"),
+        "a clear reason: {e:?}"
+    );
+    // WriteBytes over `keep` on the full disk.
+    let w = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "keep".into(),
+            data: vec![9u8; 200 << 10],
+            mode: None,
+            create_parents: false,
+            no_overwrite: false,
+        })
+        .await
+        .expect_err("no room");
+    assert_eq!(w.code(), tonic::Code::ResourceExhausted, "{w:?}");
+    // Host side: the original intact, nothing but the filler added.
+    let mut now = top_files(ws);
+    assert!(now.remove("filler").is_some() && now.remove("filler2").is_some());
+    assert_eq!(now, before.0, "only the sandbox's fillers are new: {e:?}");
+    std::fs::remove_file(ws.join("filler")).unwrap();
+    std::fs::remove_file(ws.join("filler2")).unwrap();
+    assert_eq!(disk.used(), before.1, "the space is free again");
+    // The allowed path on the same disk with room.
+    d.files()
+        .await
+        .upload(tokio_stream::iter(messages(&s)))
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(ws.join("keep")).unwrap(), vec![7u8; 1 << 20]);
+    d.files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: s.clone(),
+            path: "keep".into(),
+            data: b"new\n".to_vec(),
+            mode: None,
+            create_parents: false,
+            no_overwrite: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(ws.join("keep")).unwrap(), b"new\n");
+}
+
+/// An Update of an existing file that grows it past the free space, through the model's two
+/// routes (the bridge's apply_patch and exec_command's `apply_patch <<EOF`, which Codex
+/// intercepts): the call fails with a clear error, the file is intact (never truncated), no
+/// temporary file remains and the space is free again. The allowed path: a small update works.
+#[tokio::test]
+async fn h26_g_disk_full_mid_patch_keeps_the_original() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a small disk needs root (CI runs as root)");
+        return;
+    }
+    let disk = common::SmallDisk::mount(1 << 20);
+    let ws = disk.0.path();
+    let original: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.join("big.txt"), &original).unwrap();
+    let d = Daemon::start(&[]).await;
+    let s = d.open(ws, SandboxMode::WorkspaceWrite).await;
+    let before = (top_files(ws), disk.used());
+    let line = format!("+{}\n", "x".repeat(1023));
+    let patch = format!(
+        "*** Begin Patch\n*** Update File: big.txt\n@@\n line 999\n-line 1000\n{}*** End Patch",
+        line.repeat(1200)
+    );
+    let (text, ok) = d
+        .invoke(
+            &s,
+            "apply_patch",
+            &serde_json::json!({"input": patch}).to_string(),
+        )
+        .await;
+    assert!(!ok, "{text}");
+    assert!(text.contains("No space left on device"), "{text}");
+    assert_eq!(
+        (top_files(ws), disk.used()),
+        before,
+        "bridge: the file intact, nothing left: {text}"
+    );
+    let (text, _) = d
+        .invoke(
+            &s,
+            "exec_command",
+            &serde_json::json!({"cmd": format!("apply_patch <<'EOF'\n{patch}\nEOF\n"),
+                "yield_time_ms": 10000})
+            .to_string(),
+        )
+        .await;
+    assert!(text.contains("No space left on device"), "{text}");
+    assert_eq!(
+        (top_files(ws), disk.used()),
+        before,
+        "exec_command: the file intact, nothing left: {text}"
+    );
+    // The allowed path.
+    let (text, ok) = d
+        .invoke(
+            &s,
+            "apply_patch",
+            &serde_json::json!({"input": "*** Begin Patch\n*** Update File: big.txt\n@@\n line 999\n-line 1000\n+LINE 1000\n*** End Patch"})
+                .to_string(),
+        )
+        .await;
+    assert!(ok, "{text}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("big.txt")).unwrap(),
+        original.replace("line 1000\n", "LINE 1000\n")
+    );
+}
