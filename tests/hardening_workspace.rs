@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, count_lines, gitdir_script, host_sh, outside};
+use common::{Daemon, RunAs, count_lines, gitdir_script, host_sh, outside};
 use corral::api::{self, SandboxMode};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -962,6 +962,257 @@ async fn h24_commands_start_in_the_pinned_root_not_where_its_path_leads() {
     // exec_command (unified exec) the same way.
     let (out, _) = d.invoke(&a, "exec_command", r#"{"cmd":"cat file"}"#).await;
     assert!(out.contains("real") && !out.contains("decoy"), "{out}");
+}
+
+/// H24 for the file tools: after the same swap, every file tool of session A — read_file (an
+/// absolute path under its cwd), list_dir, grep_files (default path, and a relative one with an
+/// anchored include), view_image, apply_patch (relative paths), ReadBytes/WriteBytes and
+/// Upload/Download — acts on the real tree (now at `a.old/proj` on the host), never on the
+/// decoy, and shows the paths as before. Baseline, run before the tools reached paths through
+/// the pinned descriptor: read_file answered `L1: decoy`, list_dir listed `decoy-only.txt`,
+/// grep_files found `a/proj/decoy-only.txt`, and apply_patch and WriteBytes wrote into
+/// `decoy/proj` (A's enclosing root `base` makes it writable).
+#[tokio::test]
+async fn h24_file_tools_act_on_the_pinned_root_not_where_its_path_leads() {
+    h24_file_tools(&RunAs::Root).await;
+}
+
+/// The same with a daemon of an ordinary user (its workers in a user namespace).
+#[tokio::test]
+async fn h24_file_tools_act_on_the_pinned_root_without_root_too() {
+    if let Some(who) = RunAs::next_ordinary_user("h24f") {
+        h24_file_tools(&who).await;
+    }
+}
+
+async fn h24_file_tools(who: &RunAs) {
+    use api::{download_response::Item as Down, upload_request::Item as Up};
+    let d = who.start(&[]).await;
+    let base = who.outside();
+    let b = base.path();
+    let proj = b.join("a/proj");
+    std::fs::create_dir_all(proj.join("sub")).unwrap();
+    std::fs::write(proj.join("file"), "real\n").unwrap();
+    std::fs::write(proj.join("real-only.txt"), "needle\n").unwrap();
+    std::fs::write(proj.join("sub/deep.txt"), "needle deep\n").unwrap();
+    let img = image::RgbaImage::from_pixel(2, 2, image::Rgba([1, 2, 3, 255]));
+    image::DynamicImage::ImageRgba8(img)
+        .save_with_format(proj.join("pic.png"), image::ImageFormat::Png)
+        .unwrap();
+    let decoy = b.join("decoy/proj");
+    std::fs::create_dir_all(&decoy).unwrap();
+    std::fs::write(decoy.join("file"), "decoy\n").unwrap();
+    std::fs::write(decoy.join("decoy-only.txt"), "needle\n").unwrap();
+    who.own(b);
+    let canonical = std::fs::canonicalize(&proj).unwrap();
+    let shown = canonical.display().to_string();
+    // A's worker is built (and its cwd pinned) before the swap.
+    let a = ww(&d, &proj, &[b], false).await.unwrap();
+    assert_eq!(d.sh(&a, "cat file").await.output, "real\n");
+    let s = ww(&d, b, &[], false).await.unwrap();
+    let r = d.sh(&s, "mv a a.old && ln -s decoy a").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    let real = b.join("a.old/proj");
+
+    // read_file of an absolute path under the cwd.
+    let (out, ok) = d
+        .invoke(
+            &a,
+            "read_file",
+            &serde_json::json!({ "file_path": format!("{shown}/file") }).to_string(),
+        )
+        .await;
+    assert!(ok, "{out}");
+    assert_eq!(out, "L1: real");
+    // list_dir of the cwd: the real entries, the path as it was given.
+    let (out, ok) = d
+        .invoke(
+            &a,
+            "list_dir",
+            &serde_json::json!({ "dir_path": shown }).to_string(),
+        )
+        .await;
+    assert!(ok, "{out}");
+    assert!(
+        out.starts_with(&format!("Absolute path: {shown}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("real-only.txt") && out.contains("sub/"),
+        "{out}"
+    );
+    assert!(!out.contains("decoy"), "{out}");
+    // grep_files in the cwd (no path): the real files, named under the cwd's path.
+    let (out, ok) = d.invoke(&a, "grep_files", r#"{"pattern":"needle"}"#).await;
+    assert!(ok, "{out}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            format!("{shown}/real-only.txt"),
+            format!("{shown}/sub/deep.txt")
+        ],
+        "{out}"
+    );
+    // grep_files with a relative path and an anchored include glob.
+    let (out, ok) = d
+        .invoke(
+            &a,
+            "grep_files",
+            r#"{"pattern":"needle","path":"sub","include":"sub/*.txt"}"#,
+        )
+        .await;
+    assert!(ok, "{out}");
+    assert_eq!(out, format!("{shown}/sub/deep.txt"));
+    // view_image of a relative path: only the real tree has the image.
+    let (out, ok) = d.invoke(&a, "view_image", r#"{"path":"pic.png"}"#).await;
+    assert!(ok, "{out}");
+    // apply_patch with relative paths: an added file, an updated one, one in a new directory.
+    let patch = "*** Begin Patch\n*** Add File: added.txt\n+added\n*** Update File: file\n\
+                 @@\n-real\n+patched\n*** Add File: new/dir/f.txt\n+nested\n*** End Patch";
+    let (out, ok) = d
+        .invoke(
+            &a,
+            "apply_patch",
+            &serde_json::json!({ "input": patch }).to_string(),
+        )
+        .await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("A added.txt\nA new/dir/f.txt\nM file\n"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("added.txt")).unwrap(),
+        "added\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("file")).unwrap(),
+        "patched\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("new/dir/f.txt")).unwrap(),
+        "nested\n"
+    );
+    // ReadBytes and WriteBytes, relative.
+    let r = d
+        .files()
+        .await
+        .read_bytes(api::ReadBytesRequest {
+            session_id: a.clone(),
+            path: "file".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.path.as_str(), &r.data[..]),
+        (&*format!("{shown}/file"), &b"patched\n"[..])
+    );
+    let w = d
+        .files()
+        .await
+        .write_bytes(api::WriteBytesRequest {
+            session_id: a.clone(),
+            path: "written.bin".into(),
+            data: b"written\n".to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(w.path, format!("{shown}/written.bin"));
+    assert_eq!(
+        std::fs::read(real.join("written.bin")).unwrap(),
+        b"written\n"
+    );
+    // Upload a file (relative destination), then download the cwd itself.
+    let msgs = vec![
+        api::UploadRequest {
+            item: Some(Up::Start(api::UploadStart {
+                session_id: a.clone(),
+                path: "uploaded.txt".into(),
+                ..Default::default()
+            })),
+        },
+        api::UploadRequest {
+            item: Some(Up::Entry(api::TransferEntry {
+                path: String::new(),
+                kind: api::EntryKind::File as i32,
+                mode: Some(0o644),
+                size: 9,
+                link_target: String::new(),
+            })),
+        },
+        api::UploadRequest {
+            item: Some(Up::Data(b"uploaded\n".to_vec())),
+        },
+        api::UploadRequest {
+            item: Some(Up::Finish(api::UploadFinish {
+                entries: 1,
+                bytes: 9,
+            })),
+        },
+    ];
+    let sum = d
+        .files()
+        .await
+        .upload(tokio_stream::iter(msgs))
+        .await
+        .unwrap()
+        .into_inner()
+        .summary
+        .unwrap();
+    assert_eq!(sum.path, format!("{shown}/uploaded.txt"));
+    assert_eq!(
+        std::fs::read_to_string(real.join("uploaded.txt")).unwrap(),
+        "uploaded\n"
+    );
+    for path in [".", shown.as_str()] {
+        let mut stream = d
+            .files()
+            .await
+            .download(api::DownloadRequest {
+                session_id: a.clone(),
+                path: path.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut names = Vec::new();
+        let mut summary = None;
+        while let Some(msg) = stream.message().await.unwrap() {
+            match msg.item.unwrap() {
+                Down::Entry(e) => names.push(e.path),
+                Down::Data(_) => {}
+                Down::Summary(s) => summary = Some(s),
+            }
+        }
+        assert!(
+            names.iter().any(|n| n == "uploaded.txt") && names.iter().any(|n| n == "sub/deep.txt"),
+            "{path}: {names:?}"
+        );
+        assert!(!names.iter().any(|n| n.contains("decoy")), "{names:?}");
+        let want = if path == "." {
+            format!("{shown}/.")
+        } else {
+            shown.clone()
+        };
+        assert_eq!(summary.unwrap().path, want);
+    }
+
+    // The decoy is untouched.
+    let mut left: Vec<String> = std::fs::read_dir(&decoy)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["decoy-only.txt", "file"]);
+    assert_eq!(
+        std::fs::read_to_string(decoy.join("file")).unwrap(),
+        "decoy\n"
+    );
 }
 
 /// H20 with the user's global git config (review finding): `core.hooksPath = .githooks` in

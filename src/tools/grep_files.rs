@@ -61,6 +61,7 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch}
 use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{WalkBuilder, WalkState};
 
+use super::shell::pinned_cwd::{fs_path, shown};
 use super::{ErrorKind, ToolError, resolve_path};
 
 /// Number of paths returned when `limit` is not given.
@@ -150,7 +151,11 @@ pub fn grep_files_with_timeout(
         Some(p) => resolve_path(cwd, p),
         None => cwd.to_path_buf(),
     };
-    let metadata = fs::metadata(&search_path).map_err(|err| {
+    // The search runs from the pinned working directory when the path lies there (H24): the
+    // walk, the include glob's root and the global excludes' directory all in those terms, so
+    // they match as before; the paths found are shown as under `search_path`.
+    let reached = fs_path(&search_path).into_owned();
+    let metadata = fs::metadata(&reached).map_err(|err| {
         ToolError::io(
             &format!("unable to access `{}`: ", search_path.display()),
             &err,
@@ -162,12 +167,13 @@ pub fn grep_files_with_timeout(
         .as_deref()
         .map(str::trim)
         .filter(|s| !s.is_empty());
-    let overrides = build_overrides(cwd, include)?;
+    let fs_cwd = fs_path(cwd).into_owned();
+    let overrides = build_overrides(&fs_cwd, include)?;
     let matcher = build_matcher(pattern)?;
 
     let job = Job {
-        cwd: cwd.to_path_buf(),
-        search_path,
+        cwd: fs_cwd,
+        search_path: reached.clone(),
         is_dir: metadata.is_dir(),
         overrides,
         matcher,
@@ -191,6 +197,13 @@ pub fn grep_files_with_timeout(
             ));
         }
     };
+    if reached.as_os_str() != search_path.as_os_str() {
+        for m in &mut found {
+            m.path = shown(&m.path).into_owned();
+        }
+        // As if walked by the shown path: one that is not UTF-8 is skipped.
+        found.retain(|m| m.path.to_str().is_some());
+    }
 
     // Newest first; equal times by path bytes; unknown times last, by path.
     found.sort_unstable_by(|a, b| {

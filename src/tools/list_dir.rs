@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::shell::pinned_cwd::fs_path;
 use super::{ToolError, resolve_path, truncate_to_char_boundary};
 
 /// Longest relative path (sort key) or name shown, in bytes, cut at a character boundary.
@@ -107,7 +108,9 @@ pub fn list_dir(cwd: &Path, args: &ListDirArgs) -> Result<ListDirOutput, ToolErr
     }
     let absolute_path = resolve_path(cwd, &args.dir_path);
 
-    let mut all = collect_entries(&absolute_path, depth)?;
+    // Walked from the pinned working directory when it lies there (H24); entries are named
+    // relative to it, so nothing shown changes.
+    let mut all = collect_entries(&fs_path(&absolute_path), depth)?;
     if all.is_empty() {
         // An empty listing is not an offset error, whatever the offset.
         return Ok(ListDirOutput {

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::shell::pinned_cwd::fs_path;
 use super::{ToolError, resolve_path, truncate_to_char_boundary};
 
 /// Longest line text returned, in bytes (cut at a character boundary, no marker).
@@ -106,11 +107,13 @@ pub fn read_file(cwd: &Path, args: &ReadFileArgs) -> Result<ReadFileOutput, Tool
         return Err(ToolError::invalid("limit must be greater than zero"));
     }
     let path = resolve_path(cwd, &args.file_path);
+    // Opened from the pinned working directory when it lies there (H24); shown as given.
+    let at = fs_path(&path);
     let lines = match args.mode.unwrap_or_default() {
-        ReadMode::Slice => read_slice(&path, offset, limit)?,
+        ReadMode::Slice => read_slice(&at, offset, limit)?,
         ReadMode::Indentation => {
             let indentation = args.indentation.clone().unwrap_or_default();
-            read_indentation_block(&path, offset, limit, &indentation)?
+            read_indentation_block(&at, offset, limit, &indentation)?
         }
     };
     Ok(ReadFileOutput { path, lines })

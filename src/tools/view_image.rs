@@ -52,14 +52,16 @@ pub fn view_image(cwd: &Path, args: &ViewImageArgs) -> Result<ViewImageOutput, T
     };
     let path = resolve_path(cwd, &args.path);
     let shown = path.display();
-    let metadata = std::fs::metadata(&path)
+    // Read from the pinned working directory when it lies there (H24); shown as given.
+    let at = crate::tools::shell::pinned_cwd::fs_path(&path);
+    let metadata = std::fs::metadata(&at)
         .map_err(|e| ToolError::io(&format!("unable to locate image at `{shown}`: "), &e))?;
     if !metadata.is_file() {
         return Err(ToolError::invalid(format!(
             "image path `{shown}` is not a file"
         )));
     }
-    let bytes = read_image_file(&path)
+    let bytes = read_image_file(&at)
         .map_err(|e| ToolError::io(&format!("unable to read image at `{shown}`: "), &e))?
         .ok_or_else(|| ToolError::invalid(format!("image path `{shown}` is not a file")))?;
     let image = prepare(&path, bytes, original)

@@ -5,6 +5,10 @@
 //! lists the targets for the policy check. Nothing is written there. [`commit`] then performs the
 //! planned operations (each write through a temporary file in the target's directory and a
 //! rename) and, on the first I/O error, undoes everything already done.
+//!
+//! Paths here are [`resolve`]'s (and the `cwd.join` form for messages); every system call on
+//! one goes through `fs_path`, so a path at or below the pinned working directory is reached
+//! from its descriptor (spec/sandbox.md H24), temporary file and rename included.
 
 use std::collections::HashMap;
 use std::fs::{self, Permissions};
@@ -17,6 +21,7 @@ use super::parser::{Hunk, Patch};
 use super::paths::resolve;
 use super::update::compute_update;
 use super::{FileChange, FileChangeKind, PatchContext};
+use crate::tools::shell::pinned_cwd::fs_path;
 use crate::tools::transfer::fsx::{
     leftovers_possible, lock_staging, locks_unsupported, remove_unlocked,
 };
@@ -109,6 +114,7 @@ struct View {
 }
 
 fn snapshot(path: &Path) -> io::Result<Original> {
+    let path = &*fs_path(path);
     match fs::symlink_metadata(path) {
         Err(e)
             if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::NotADirectory =>
@@ -195,6 +201,7 @@ fn not_regular() -> io::Error {
 /// Reads a regular file (following symlinks); a directory or a special file is an error, and a
 /// FIFO is never opened.
 fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    let path = &*fs_path(path);
     let meta = fs::metadata(path)?;
     if meta.is_dir() {
         return Err(is_a_directory());
@@ -520,7 +527,7 @@ fn remove_stale_temps(plan: &Plan) {
             | nix::fcntl::OFlag::O_DIRECTORY
             | nix::fcntl::OFlag::O_NONBLOCK
             | nix::fcntl::OFlag::O_CLOEXEC;
-        if let Ok(fd) = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()) {
+        if let Ok(fd) = nix::fcntl::open(&*fs_path(dir), flags, nix::sys::stat::Mode::empty()) {
             remove_unlocked(fd.as_fd(), is_patch_temp, None);
         }
     }
@@ -542,8 +549,8 @@ fn write_atomic(
     perms: Option<&Permissions>,
     point: Point,
 ) -> io::Result<()> {
-    let dir = target.parent().unwrap_or(Path::new("/"));
-    let file = match open_unnamed(dir) {
+    let dir = fs_path(target.parent().unwrap_or(Path::new("/")));
+    let file = match open_unnamed(&dir) {
         Ok(file) => file,
         Err(e) if no_unnamed_files(&e) => return write_named(target, content, perms, point),
         Err(e) => return Err(e),
@@ -552,7 +559,7 @@ fn write_atomic(
     // Before it has a name: a later patch must see it in use while it is linked.
     lock_temp(&file)?;
     inject(point, target)?;
-    let named = match temp_builder().make_in(dir, |name| link_unnamed(&file, name)) {
+    let named = match temp_builder().make_in(&*dir, |name| link_unnamed(&file, name)) {
         Ok(named) => named,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // No /proc in this mount namespace: the unnamed file cannot be given a name.
@@ -560,7 +567,7 @@ fn write_atomic(
         }
         Err(e) => return Err(e),
     };
-    named.persist(target).map_err(|e| e.error)?;
+    named.persist(&*fs_path(target)).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -571,16 +578,16 @@ fn write_named(
     perms: Option<&Permissions>,
     point: Point,
 ) -> io::Result<()> {
-    let dir = target.parent().unwrap_or(Path::new("/"));
+    let dir = fs_path(target.parent().unwrap_or(Path::new("/")));
     let mut builder = temp_builder();
     if perms.is_none() {
         builder.permissions(Permissions::from_mode(0o666));
     }
-    let tmp = builder.tempfile_in(dir)?;
+    let tmp = builder.tempfile_in(&*dir)?;
     lock_temp(tmp.as_file())?;
     fill(tmp.as_file(), content, perms)?;
     inject(point, target)?;
-    tmp.persist(target).map_err(|e| e.error)?;
+    tmp.persist(&*fs_path(target)).map_err(|e| e.error)?;
     Ok(())
 }
 
@@ -640,7 +647,7 @@ fn create_parents(target: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
     let mut missing = Vec::new();
     let mut dir = target.parent();
     while let Some(d) = dir {
-        match fs::symlink_metadata(d) {
+        match fs::symlink_metadata(fs_path(d)) {
             Ok(_) => break,
             Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(d.to_path_buf()),
             Err(e) => return Err(e),
@@ -649,14 +656,14 @@ fn create_parents(target: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
     }
     for d in missing.into_iter().rev() {
         inject(Point::CreateDir, &d)?;
-        fs::create_dir(&d)?;
+        fs::create_dir(fs_path(&d))?;
         created.push(d);
     }
     Ok(())
 }
 
 fn remove_if_present(path: &Path) -> io::Result<()> {
-    match fs::remove_file(path) {
+    match fs::remove_file(fs_path(path)) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
     }
@@ -670,7 +677,7 @@ fn restore(path: &Path, original: &Original) -> io::Result<()> {
         Original::Dir | Original::Special => Ok(()),
         Original::Symlink(target) => {
             remove_if_present(path)?;
-            std::os::unix::fs::symlink(target, path)
+            std::os::unix::fs::symlink(target, fs_path(path))
         }
         Original::File { bytes, perms } => match bytes {
             Some(bytes) => write_atomic(path, bytes, Some(perms), Point::Rollback),
@@ -737,7 +744,7 @@ pub fn commit(plan: &Plan) -> Result<(), CommitError> {
                 display,
                 kind,
             } => inject(Point::Remove, entry)
-                .and_then(|()| fs::remove_file(entry))
+                .and_then(|()| fs::remove_file(fs_path(entry)))
                 .map_err(|e| {
                     let text = match kind {
                         RemoveKind::Delete => {
@@ -777,7 +784,7 @@ pub fn commit(plan: &Plan) -> Result<(), CommitError> {
         }
     }
     for dir in created.iter().rev() {
-        let _ = fs::remove_dir(dir);
+        let _ = fs::remove_dir(fs_path(dir));
     }
     if !rollback_failed {
         text.push_str("All changes made by this patch were rolled back.\n");

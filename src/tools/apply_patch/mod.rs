@@ -32,6 +32,7 @@ use super::shell::truncate::{TextView, TruncationPolicy};
 use super::{ErrorKind, ToolError};
 
 pub use parser::{Hunk, ParseError, Patch, UpdateChunk, parse_patch};
+pub(crate) use paths::canonical_or_self;
 /// How a write target is resolved (symlinks on the way followed, the missing tail lexical); the
 /// Files service resolves its destinations the same way.
 pub use paths::resolve as resolve_target;

@@ -3,6 +3,13 @@
 //! A target is resolved the way the kernel would walk it: existing components have their symlinks
 //! followed, `.` and `..` are applied as they come, and the missing tail is appended lexically. The
 //! resolved path must lie inside a writable root and outside every protected path.
+//!
+//! A path at or below the worker's pinned working directory is walked from that directory, not
+//! from `/` (spec/sandbox.md H24): its parents, which another session could swap, are never
+//! walked, `..` above it leads to its real parent, and every look at the disk goes through the
+//! pinned descriptor (`pinned_cwd::fs_path`). Such a path keeps its spelling in the result, so a
+//! resolved path is compared with roots resolved the same way ([`canonical_or_self`]) and the
+//! writes that follow reach it through the descriptor too.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -12,6 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use super::PatchContext;
 use crate::tools::ToolError;
+use crate::tools::shell::pinned_cwd::{self, fs_path};
 
 /// Symlink hops allowed while resolving one path (Linux's `MAXSYMLINKS`).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -49,12 +57,25 @@ fn push_front_components(queue: &mut VecDeque<Step>, path: &Path) {
 pub fn resolve(path: &Path, follow_last: bool) -> io::Result<PathBuf> {
     let path = std::path::absolute(path)?;
     let mut queue = VecDeque::new();
-    push_front_components(&mut queue, &path);
-    let mut out = PathBuf::from("/");
+    let (mut out, pinned) = match pinned_cwd::beneath(&path) {
+        Some((pinned, rest)) => {
+            push_front_components(&mut queue, rest);
+            (pinned.to_path_buf(), Some(pinned))
+        }
+        None => {
+            push_front_components(&mut queue, &path);
+            (PathBuf::from("/"), None)
+        }
+    };
     let mut missing = false;
     let mut hops = 0;
     while let Some(step) = queue.pop_front() {
         let name = match step {
+            Step::Parent if pinned.is_some_and(|p| out == p) => {
+                // Above the pinned directory: its real parent, wherever that is now.
+                out = fs::canonicalize(fs_path(&out).join(".."))?;
+                continue;
+            }
             Step::Parent => {
                 out.pop();
                 continue;
@@ -66,13 +87,13 @@ pub fn resolve(path: &Path, follow_last: bool) -> io::Result<PathBuf> {
             out = candidate;
             continue;
         }
-        match fs::symlink_metadata(&candidate) {
+        match fs::symlink_metadata(fs_path(&candidate)) {
             Ok(meta) if meta.file_type().is_symlink() => {
                 hops += 1;
                 if hops > MAX_SYMLINK_HOPS {
                     return Err(io::Error::from_raw_os_error(ELOOP));
                 }
-                let target = fs::read_link(&candidate)?;
+                let target = fs::read_link(fs_path(&candidate))?;
                 if target.is_absolute() {
                     out = PathBuf::from("/");
                 }
@@ -92,7 +113,12 @@ pub fn resolve(path: &Path, follow_last: bool) -> io::Result<PathBuf> {
     Ok(out)
 }
 
-fn canonical_or_self(p: &Path) -> PathBuf {
+/// A root or protected path in the terms of [`resolve`]'s results: at or below the pinned
+/// working directory resolved the same way, elsewhere canonicalised; itself when it cannot be.
+pub(crate) fn canonical_or_self(p: &Path) -> PathBuf {
+    if pinned_cwd::beneath(p).is_some() {
+        return resolve(p, true).unwrap_or_else(|_| p.to_path_buf());
+    }
     fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 

@@ -277,10 +277,11 @@ pub(crate) fn spawn(argv: &[String], env: &[(String, String)], cwd: &Path) -> io
     for candidate in candidates(program, env) {
         let path = cstring(&candidate)?;
         // A candidate that does not exist would fail exec the same way; skipping it here saves
-        // a whole spawn per PATH entry before the right one. Relative ones resolve in `cwd`.
+        // a whole spawn per PATH entry before the right one. Relative ones resolve in `cwd` (from
+        // the pinned directory, where the command starts).
         if searching {
             let abs = cwd.join(OsStr::from_bytes(&candidate));
-            if let Err(e) = std::fs::metadata(&abs)
+            if let Err(e) = std::fs::metadata(super::pinned_cwd::fs_path(&abs))
                 && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
             {
                 last = e;

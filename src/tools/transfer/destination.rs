@@ -7,10 +7,15 @@
 //! `O_NOFOLLOW`, so what is held open is exactly the directory that was checked — a symlink
 //! swapped in meanwhile makes the call fail instead of redirecting it. Every later step acts on
 //! that descriptor.
+//!
+//! At or below the worker's pinned working directory (spec/sandbox.md H24) the path is resolved
+//! from that directory (as apply_patch resolves it) and the parent is opened from its descriptor,
+//! not from `/`: a swapped parent of the directory redirects nothing.
 
 use super::fsx::{self, Node};
 use super::{Kind, sys_error};
-use crate::tools::apply_patch::{PatchContext, resolve_target};
+use crate::tools::apply_patch::{PatchContext, canonical_or_self, resolve_target};
+use crate::tools::shell::pinned_cwd::{beneath, fs_path};
 use crate::tools::{ErrorKind, ToolError};
 use nix::errno::Errno;
 use nix::sys::stat::{Mode, fchmod, mkdirat};
@@ -141,9 +146,20 @@ pub fn for_write(
     let (parent, name, shown) = match (!source_name.is_empty())
         .then(|| resolve(&full, true))
         .transpose()?
-        .filter(|dir| std::fs::metadata(dir).is_ok_and(|m| m.is_dir()))
+        .filter(|dir| std::fs::metadata(fs_path(dir)).is_ok_and(|m| m.is_dir()))
     {
         Some(dir) => (dir, OsString::from(source_name), full.join(source_name)),
+        // The pinned directory itself: named as it is, never by walking its parent (which may
+        // have been swapped); the checks below refuse it when it is a root, and otherwise its
+        // parent is opened from `/` without following a link.
+        None if beneath(&full)
+            .is_some_and(|(_, rest)| rest.components().all(|c| c == Component::CurDir)) =>
+        {
+            let (pinned, _) = beneath(&full).unwrap_or((Path::new("/"), Path::new("")));
+            let name = final_name(pinned)?;
+            let parent = pinned.parent().unwrap_or(Path::new("/")).to_path_buf();
+            (parent, name, full.clone())
+        }
         None => {
             let name = final_name(&full)?;
             let parent = full.parent().unwrap_or(Path::new("/"));
@@ -166,7 +182,7 @@ fn check_target(rules: &PatchContext, target: &Path, shown: &Path) -> Result<(),
     let roots: Vec<PathBuf> = rules
         .writable_roots
         .iter()
-        .map(|r| std::fs::canonicalize(r).unwrap_or_else(|_| r.clone()))
+        .map(|r| canonical_or_self(r))
         .collect();
     let listed = || {
         roots
@@ -186,12 +202,12 @@ fn check_target(rules: &PatchContext, target: &Path, shown: &Path) -> Result<(),
     let protected: Vec<PathBuf> = containing
         .iter()
         .flat_map(|root| rules.protected_names.iter().map(move |n| root.join(n)))
-        .chain(rules.protected_paths.iter().flat_map(|p| {
-            [
-                p.clone(),
-                std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
-            ]
-        }))
+        .chain(
+            rules
+                .protected_paths
+                .iter()
+                .flat_map(|p| [p.clone(), canonical_or_self(p)]),
+        )
         .collect();
     if let Some(p) = protected.iter().find(|p| target.starts_with(p)) {
         return Err(denied(format!(
@@ -217,13 +233,16 @@ fn check_target(rules: &PatchContext, target: &Path, shown: &Path) -> Result<(),
     Ok(())
 }
 
-/// Opens the resolved directory `dir` from `/`, one component at a time, never through a
-/// symlink; creates missing components (0755) when asked.
+/// Opens the resolved directory `dir` from `/` (from the pinned working directory's descriptor
+/// when `dir` is it or lies below it), one component at a time, never through a symlink;
+/// creates missing components (0755) when asked.
 fn open_parent(dir: &Path, create: bool) -> Result<OwnedFd, ToolError> {
-    let mut fd = nix::fcntl::open(Path::new("/"), fsx::DIR_FLAGS, Mode::empty())
-        .map_err(|e| sys_error("cannot open", Path::new("/"), e))?;
-    let mut at = PathBuf::from("/");
-    for c in dir.components() {
+    // At or below the pinned working directory: from its descriptor (H24).
+    let (start, rest) = beneath(dir).unwrap_or((Path::new("/"), dir));
+    let mut fd = nix::fcntl::open(&*fs_path(start), fsx::DIR_FLAGS, Mode::empty())
+        .map_err(|e| sys_error("cannot open", start, e))?;
+    let mut at = start.to_path_buf();
+    for c in rest.components() {
         let name: &OsStr = match c {
             Component::Normal(n) => n,
             Component::RootDir => continue,

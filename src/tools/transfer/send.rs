@@ -302,9 +302,18 @@ fn link_target(
 }
 
 /// The directory holding `path` (opened as any program would, following symlinks on the way)
-/// and the final name, which is not followed.
+/// and the final name, which is not followed. At or below the pinned working directory the
+/// directory is opened from its descriptor (H24); the pinned directory itself is named from its
+/// own side (`.`), as its parent is not its to walk.
 fn open_parent(path: &Path) -> Result<(OwnedFd, OsString), ToolError> {
+    use crate::tools::shell::pinned_cwd::{beneath, fs_path};
     let (parent, name): (PathBuf, OsString) = match path.file_name() {
+        _ if beneath(path).is_some_and(|(_, rest)| {
+            rest.components().all(|c| c == std::path::Component::CurDir)
+        }) =>
+        {
+            (path.to_path_buf(), OsString::from("."))
+        }
         // `.`, `..`, `/`: the node itself is a directory; name it from its parent's side.
         _ if path.ends_with("..") || path == Path::new("/") || path.as_os_str().is_empty() => {
             (path.to_path_buf(), OsString::from("."))
@@ -319,7 +328,7 @@ fn open_parent(path: &Path) -> Result<(OwnedFd, OsString), ToolError> {
         None => (path.to_path_buf(), OsString::from(".")),
     };
     let fd = nix::fcntl::open(
-        &parent,
+        &*fs_path(&parent),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )

@@ -30,7 +30,9 @@ pub fn read_bytes(cwd: &Path, path: &str) -> Result<ReadBytes, ToolError> {
         return Err(ToolError::invalid("path is required"));
     }
     let full = cwd.join(path);
-    let seen = stat(&full).map_err(|e| sys_error("cannot read", &full, e))?;
+    // Read from the pinned working directory when it lies there (H24); named as given.
+    let at = crate::tools::shell::pinned_cwd::fs_path(&full);
+    let seen = stat(&*at).map_err(|e| sys_error("cannot read", &full, e))?;
     let not_regular = |st: &nix::sys::stat::FileStat| match fsx::node_of(st) {
         Node::File => None,
         Node::Directory => Some("a directory"),
@@ -44,7 +46,7 @@ pub fn read_bytes(cwd: &Path, path: &str) -> Result<ReadBytes, ToolError> {
         )));
     }
     let fd = nix::fcntl::open(
-        &full,
+        &*at,
         OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
