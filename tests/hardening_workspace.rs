@@ -1519,3 +1519,64 @@ async fn h28_a_submodules_git_pointer_cannot_be_redirected() {
         .await;
     assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
 }
+
+/// H28, linked worktrees: a worktree of the root's repository that lies below the root has a
+/// `.git` file the host's git follows; the sandbox cannot point it at a gitdir it made, remove
+/// it or move the worktree. Baseline on the host first.
+#[tokio::test]
+async fn h28_a_linked_worktrees_git_pointer_cannot_be_redirected() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let b = base.path();
+    let counter = b.join("h28w-runs");
+    let (code, out) = host_sh(&format!(
+        "cd '{0}' && git init -q repo && cd repo && git -c user.email=t@t -c user.name=t \
+         commit -q --allow-empty -m init && git worktree add -q wt && cp wt/.git \
+         '{0}/pointer-orig'",
+        b.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+    let repo = b.join("repo");
+    let wt = repo.join("wt");
+    let redirect = format!(
+        "cd '{}' && {} && echo \"gitdir: $PWD/evil\" > wt/.git",
+        repo.display(),
+        gitdir_script("evil", &counter)
+    );
+    // Baseline: on the host the rewritten pointer makes git in the worktree run the hook.
+    host_sh(&redirect);
+    assert!(
+        host_git_runs_hook(&wt, &counter),
+        "baseline: the hook did not run"
+    );
+    host_sh(&format!(
+        "cd '{}' && cp ../pointer-orig wt/.git && rm -rf evil",
+        repo.display()
+    ));
+    assert!(!host_git_runs_hook(&wt, &counter));
+
+    for attack in [
+        redirect.clone(),
+        format!("cd '{}' && rm -f wt/.git", repo.display()),
+        format!("cd '{}' && mv wt wt2", repo.display()),
+    ] {
+        let id = ww(&d, &repo, &[], false).await.unwrap();
+        let r = d.sh(&id, &attack).await;
+        assert_ne!(r.exit_code, 0, "{attack}: {}", r.output);
+        assert!(
+            !host_git_runs_hook(&wt, &counter),
+            "the hook ran after: {attack}"
+        );
+        assert_eq!(
+            std::fs::read(wt.join(".git")).unwrap(),
+            std::fs::read(b.join("pointer-orig")).unwrap(),
+            "{attack}"
+        );
+    }
+    // The allowed path: the worktree's own files stay writable.
+    let id = ww(&d, &repo, &[], false).await.unwrap();
+    let r = d
+        .sh(&id, "echo ok > wt/notes.txt && cat wt/notes.txt")
+        .await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}

@@ -297,6 +297,7 @@ pub fn protected_paths(
         if names.iter().any(|n| n == ".git") {
             git_dir_markers(root, roots, &mut protected, &mut missing)?;
             submodules(root, roots, &mut protected, &mut missing)?;
+            linked_worktrees(root, roots, &mut protected, &mut missing)?;
         }
     }
 
@@ -374,6 +375,88 @@ fn submodules(
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => missing.push(dot_git),
             Err(e) => return Err(inspect(&dot_git, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Linked worktrees read from a repository's `worktrees/` at most this many.
+const MAX_WORKTREES: usize = 256;
+
+/// H28, linked worktrees: a root's repository lists its linked worktrees in
+/// `<common dir>/worktrees/<name>/gitdir`, each the path of the worktree's `.git` file. One that
+/// lies under a writable root is protected like the root's own `.git` (with what it points to
+/// and what git runs from it), and guarded while missing in a directory that exists — else a
+/// sandbox rewrites the `gitdir:` pointer of a worktree below it to a gitdir it made, and the
+/// host's git in that worktree runs its fsmonitor. The list itself lies in the repository's git
+/// directory, which is read-only (or outside every root).
+fn linked_worktrees(
+    root: &Path,
+    roots: &[PathBuf],
+    protected: &mut Vec<PathBuf>,
+    missing: &mut Vec<PathBuf>,
+) -> Result<(), PolicyError> {
+    let dot_git = root.join(".git");
+    let common_dirs = match std::fs::symlink_metadata(&dot_git) {
+        Ok(m) if m.is_dir() => vec![dot_git.clone()],
+        Ok(m) if m.is_file() => gitdir_paths(root, &dot_git, roots)?.0,
+        _ => return Ok(()),
+    };
+    for common in common_dirs {
+        let list = common.join("worktrees");
+        let entries = match std::fs::read_dir(&list) {
+            Ok(e) => e,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(inspect(&list, e)),
+        };
+        for entry in entries.take(MAX_WORKTREES) {
+            let entry = entry.map_err(|e| inspect(&list, e))?;
+            let pointer = entry.path().join("gitdir");
+            let text = match read_pointer_file(&pointer) {
+                Ok(t) => t,
+                // A worktree entry without its pointer (being made or pruned): git ignores it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(inspect(&pointer, e)),
+            };
+            let worktree_git = PathBuf::from(text.trim());
+            if !worktree_git.is_absolute()
+                || worktree_git == dot_git
+                || !roots.iter().any(|r| worktree_git.starts_with(r))
+            {
+                continue;
+            }
+            let Some(worktree) = worktree_git.parent() else {
+                continue;
+            };
+            match std::fs::symlink_metadata(&worktree_git) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    check_symlink(&worktree_git, &worktree_git, roots)?
+                }
+                Ok(m) => {
+                    protected.push(worktree_git.clone());
+                    what_a_dot_git_leads_to(
+                        worktree,
+                        &worktree_git,
+                        m.is_file(),
+                        roots,
+                        protected,
+                        missing,
+                    )?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if std::fs::symlink_metadata(worktree).is_ok_and(|m| m.is_dir()) {
+                        missing.push(worktree_git);
+                    }
+                }
+                Err(e) => return Err(inspect(&worktree_git, e)),
+            }
         }
     }
     Ok(())
