@@ -122,6 +122,19 @@ pub(crate) fn canonical_or_self(p: &Path) -> PathBuf {
     fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// The spellings of a protected path a resolved target is compared with: as given, resolved as
+/// a root is ([`canonical_or_self`]), and, when it lies beside the pinned working directory,
+/// resolved from that directory (`pinned_cwd::from_pinned`): after a parent of the cwd was
+/// swapped, `..` from the cwd reaches the real parent, and so must the protected paths there
+/// (a `.git` file's gitdir beside the cwd), whose text now leads into the swapped-in tree.
+fn protected_spellings(p: &Path) -> Vec<PathBuf> {
+    let mut out = vec![p.to_path_buf(), canonical_or_self(p)];
+    if let Some(real) = pinned_cwd::from_pinned(p).and_then(|q| resolve(&q, true).ok()) {
+        out.push(real);
+    }
+    out
+}
+
 /// Checks one resolved target against the session's roots and protected paths. `display` is the
 /// `cwd.join(path)` form used in the protected-path message. `resolved` is `None` when the target
 /// could not be resolved (fail closed: treated as outside the project).
@@ -149,7 +162,7 @@ pub fn check_target(
         .chain(
             ctx.protected_paths
                 .iter()
-                .flat_map(|p| [p.clone(), canonical_or_self(p)]),
+                .flat_map(|p| protected_spellings(p)),
         )
         .any(|p| resolved.starts_with(&p));
     if protected {

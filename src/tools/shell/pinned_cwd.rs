@@ -85,6 +85,31 @@ pub fn beneath(path: &Path) -> Option<(&'static Path, &Path)> {
     ))
 }
 
+/// `path` (absolute, and not at or below the pinned directory) spelled from the pinned
+/// directory: as many `..` as lead from it up to the deepest ancestor the two share, then the
+/// rest of `path`. Resolved as paths at or below the pinned directory are (its `..` is its real
+/// parent), this names where `path` lies beside the directory as it really is, not where the
+/// text leads after a parent was swapped: the place a `..` from the cwd reaches. `None` when
+/// [`beneath`] would be for any path (nothing pinned, no /proc, `/` pinned), or when `path` is
+/// relative or lies at or below the pinned directory.
+pub fn from_pinned(path: &Path) -> Option<PathBuf> {
+    let (pinned, _) = PINNED.get()?;
+    if !path.is_absolute() || beneath(pinned).is_none() || beneath(path).is_some() {
+        return None;
+    }
+    let up: Vec<_> = pinned.components().collect();
+    let to: Vec<_> = path.components().collect();
+    let common = up.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut out = pinned.clone();
+    for _ in common..up.len() {
+        out.push("..");
+    }
+    for c in &to[common..] {
+        out.push(c);
+    }
+    Some(out)
+}
+
 /// The path the worker's system calls use for `path`: for the pinned directory or anything
 /// below it, the same path taken from the pinned descriptor — the pinned path's text replaced by
 /// `/proc/self/fd/N/.` (the `.` makes an `lstat` see the directory, not the descriptor's link),
@@ -215,6 +240,15 @@ mod tests {
         assert_eq!(shown(&reached), proj);
         let other = PathBuf::from(format!("/proc/self/fd/{fd}/.x"));
         assert_eq!(shown(&other), other);
+        // Beside the pinned directory: spelled from it, so `..` is its real parent.
+        assert_eq!(from_pinned(&base.join("a/gd")), Some(proj.join("../gd")));
+        assert_eq!(
+            apply_patch::resolve_target(&from_pinned(&base.join("a/gd")).unwrap(), true).unwrap(),
+            base.join("a.old/gd")
+        );
+        assert_eq!(from_pinned(&proj.join("x")), None);
+        assert_eq!(from_pinned(&proj), None);
+        assert_eq!(from_pinned(Path::new("rel")), None);
 
         let cwd = proj.as_path();
         // read_file: absolute, relative, and `..` through the directory's real parent.

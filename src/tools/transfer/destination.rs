@@ -15,7 +15,7 @@
 use super::fsx::{self, Node};
 use super::{Kind, sys_error};
 use crate::tools::apply_patch::{PatchContext, canonical_or_self, resolve_target};
-use crate::tools::shell::pinned_cwd::{beneath, fs_path};
+use crate::tools::shell::pinned_cwd::{beneath, from_pinned, fs_path};
 use crate::tools::{ErrorKind, ToolError};
 use nix::errno::Errno;
 use nix::sys::stat::{Mode, fchmod, mkdirat};
@@ -206,7 +206,7 @@ fn check_target(rules: &PatchContext, target: &Path, shown: &Path) -> Result<(),
             rules
                 .protected_paths
                 .iter()
-                .flat_map(|p| [p.clone(), canonical_or_self(p)]),
+                .flat_map(|p| protected_spellings(p)),
         )
         .collect();
     if let Some(p) = protected.iter().find(|p| target.starts_with(p)) {
@@ -231,6 +231,17 @@ fn check_target(rules: &PatchContext, target: &Path, shown: &Path) -> Result<(),
         )));
     }
     Ok(())
+}
+
+/// A protected path as given, resolved as a root is, and, beside the pinned working directory,
+/// resolved from it (where `..` from the cwd really reaches after a parent was swapped; the
+/// same spellings apply_patch compares with).
+fn protected_spellings(p: &Path) -> Vec<PathBuf> {
+    let mut out = vec![p.to_path_buf(), canonical_or_self(p)];
+    if let Some(real) = from_pinned(p).and_then(|q| resolve_target(&q, true).ok()) {
+        out.push(real);
+    }
+    out
 }
 
 /// Opens the resolved directory `dir` from `/` (from the pinned working directory's descriptor
