@@ -943,3 +943,854 @@ async fn h26_g_disk_full_mid_patch_keeps_the_original() {
         original.replace("line 1000\n", "LINE 1000\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// H9/H10/H13/H14/H17 variants the §8.6 tests (hardening_workspace.rs, hardening_noway.rs) do
+// not try.
+// ---------------------------------------------------------------------------------------------
+
+/// A workspace-write session on `cwd` with `roots`, without /tmp, the test's PATH and HOME.
+async fn ww_session(
+    d: &Daemon,
+    cwd: &Path,
+    roots: &[&Path],
+    env: &[(&str, &str)],
+) -> Result<String, tonic::Status> {
+    let mut session_env = common::session_env(cwd);
+    for (k, v) in env {
+        session_env.insert(k.to_string(), v.to_string());
+    }
+    d.try_open_with(api::OpenSessionRequest {
+        cwd: cwd.to_string_lossy().into_owned(),
+        mode: SandboxMode::WorkspaceWrite as i32,
+        writable_roots: roots
+            .iter()
+            .map(|r| r.to_string_lossy().into_owned())
+            .collect(),
+        exclude_slash_tmp: true,
+        env: session_env,
+        ..Default::default()
+    })
+    .await
+}
+
+/// `renameat2(AT_FDCWD, a, AT_FDCWD, b, flags)` for each `flag a b` argument triple (flag
+/// `exchange` = RENAME_EXCHANGE, `noreplace` = RENAME_NOREPLACE); prints `flag:a=errno`.
+const RENAMEAT2: &str = r#"import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+args = sys.argv[1:]
+for i in range(0, len(args), 3):
+    flag, a, b = args[i:i + 3]
+    rc = libc.renameat2(-100, a.encode(), -100, b.encode(), {'exchange': 2, 'noreplace': 1}[flag])
+    print('%s:%s=%d' % (flag, a, 0 if rc == 0 else ctypes.get_errno()), flush=True)
+"#;
+
+/// A repository at `src/a/b/main` with a linked worktree at `src/wt` whose `.git` file names
+/// its gitdir relatively, through `..` (`pointer`, relative to `src/wt`, which has an empty
+/// directory `sub`).
+fn nested_worktree(src: &Path, pointer: &str) {
+    let main = src.join("a/b/main");
+    std::fs::create_dir_all(&main).unwrap();
+    let (code, out) = host_sh(&format!(
+        "cd '{}' && git init -q && git -c user.email=t@t -c user.name=t commit -q --allow-empty \
+         -m i && git worktree add -q ../../../wt && mkdir ../../../wt/sub && printf 'gitdir: \
+         {pointer}\\n' > ../../../wt/.git && cd ../../../wt && git status --short",
+        main.display()
+    ));
+    assert_eq!(code, 0, "{out}");
+}
+
+/// The attacker's preparation in `src`: a copy of `a` (the whole repository with the worktree's
+/// gitdir) whose config runs `counter`'s fsmonitor.
+fn decoy_script(src: &Path, counter: &Path) -> String {
+    format!(
+        "cd '{}' && cp -a a decoy && git config -f decoy/b/main/.git/config core.fsmonitor \
+         'echo RAN >> {}; false'",
+        src.display(),
+        counter.display()
+    )
+}
+
+/// Runs the host's `git status` in `wt` (the victim's next command, its config not shared).
+fn host_status(wt: &Path) {
+    host_sh(&format!(
+        "cd '{}' && timeout 10 git status >/dev/null 2>&1",
+        wt.display()
+    ));
+}
+
+/// H9 variants: a worktree's gitdir two directories below the enclosing writable root
+/// (`src/a/b/main/.git/worktrees/wt`), named by its `.git` file relatively through `..`, and
+/// every intermediate directory attacked with `renameat2` — RENAME_EXCHANGE with a prepared
+/// copy whose config runs a planted fsmonitor, and RENAME_NOREPLACE — not `mv`. Baseline on
+/// the host: the exchange of `a` alone makes the host's git in the worktree run the planted
+/// fsmonitor, and every call succeeds. In the sandbox each fails (EBUSY: the directories
+/// between the root and the gitdir are mount points; EXDEV across them), and the host's git
+/// runs nothing planted.
+#[tokio::test]
+async fn h26_h_h9_nested_gitdir_through_dotdot_survives_renameat2_of_every_parent() {
+    let py = common::outside();
+    let script = py.path().join("renameat2.py");
+    std::fs::write(&script, RENAMEAT2).unwrap();
+    let counters = common::outside();
+    let ops = |src: &Path| {
+        let s = |p: &str| src.join(p).display().to_string();
+        [
+            ("exchange", s("a"), s("decoy")),
+            ("exchange", s("a/b"), s("decoy/b")),
+            ("exchange", s("a/b/main"), s("decoy/b/main")),
+            ("exchange", s("a/b/main/.git"), s("decoy/b/main/.git")),
+            (
+                "exchange",
+                s("a/b/main/.git/worktrees"),
+                s("decoy/b/main/.git/worktrees"),
+            ),
+            ("noreplace", s("a/b/main"), s("main2")),
+            ("noreplace", s("a/b"), s("b2")),
+            ("noreplace", s("a"), s("a2")),
+        ]
+        .iter()
+        .map(|(f, a, b)| format!("{f} {a} {b}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+    };
+    let pointer = "../a/b/main/.git/worktrees/wt";
+
+    // Baseline on the host: one exchange of the outermost directory is enough.
+    let base = common::outside();
+    let bsrc = base.path().join("src");
+    nested_worktree(&bsrc, pointer);
+    let bcount = counters.path().join("base");
+    let (code, out) = host_sh(&format!(
+        "{} && python3 {} exchange {}/a {}/decoy",
+        decoy_script(&bsrc, &bcount),
+        script.display(),
+        bsrc.display(),
+        bsrc.display()
+    ));
+    assert!(code == 0 && out.contains("=0"), "{out}");
+    host_status(&bsrc.join("wt"));
+    assert!(
+        common::count_lines(&bcount) > 0,
+        "baseline: the host's git ran the planted fsmonitor"
+    );
+    // ... and every one of the calls succeeds there.
+    let (_, out) = host_sh(&format!("python3 {} {}", script.display(), ops(&bsrc)));
+    assert_eq!(out.matches("=0").count(), 8, "baseline: {out}");
+
+    let ws = common::outside();
+    let src = ws.path().join("src");
+    nested_worktree(&src, pointer);
+    let config = src.join("a/b/main/.git/config");
+    let before = std::fs::read(&config).unwrap();
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let inodes = [src.join("a"), src.join("a/b"), src.join("a/b/main")].map(|p| ino(&p));
+    let count = counters.path().join("sandbox");
+    let d = Daemon::start(&[]).await;
+    let id = ww_session(&d, &src.join("wt"), &[&src], &[]).await.unwrap();
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "{}; python3 {} {}",
+                decoy_script(&src, &count),
+                script.display(),
+                ops(&src)
+            ),
+        )
+        .await;
+    let results: Vec<&str> = r.output.lines().filter(|l| l.contains(":/")).collect();
+    assert_eq!(results.len(), 8, "{}", r.output);
+    for line in results {
+        assert!(
+            line.ends_with("=16") || line.ends_with("=18"),
+            "EBUSY or EXDEV: {line}\n{}",
+            r.output
+        );
+    }
+    // Judged on the host.
+    assert_eq!(std::fs::read(&config).unwrap(), before);
+    assert_eq!(
+        [src.join("a"), src.join("a/b"), src.join("a/b/main")].map(|p| ino(&p)),
+        inodes
+    );
+    assert!(!src.join("a2").exists() && !src.join("b2").exists());
+    host_status(&src.join("wt"));
+    assert_eq!(common::count_lines(&count), 0, "planted code ran");
+    // Allowed: files in the main checkout, a directory beside the pinned ones moved.
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "cd {} && echo ok > a/b/main/f && mkdir a/other && mv a/other a/moved && \
+                 echo ok > g",
+                src.display()
+            ),
+        )
+        .await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+    assert!(src.join("a/b/main/f").exists() && src.join("a/moved").is_dir());
+}
+
+/// H9, the `..` itself: a `.git` file's `gitdir: sub/../../a/…` climbs out of `sub`, an
+/// ordinary directory of the worktree. The kernel (and so the host's git) resolves `sub/..`
+/// from wherever `sub` leads, so a sandbox that replaces `sub` with a symlink into a decoy tree
+/// redirects the gitdir to one it built. Baseline: on the host that makes git run the decoy's
+/// fsmonitor. In the sandbox: either the session is refused (the layout cannot be protected)
+/// or `sub` cannot be replaced; judged by the host's git.
+#[tokio::test]
+async fn h26_i_h9_a_dotdot_in_a_gitdir_pointer_cannot_be_redirected() {
+    let counters = common::outside();
+    let pointer = "sub/../../a/b/main/.git/worktrees/wt";
+    // The attack: a copy of the repository at decoy/a, and `sub` replaced by a link to a
+    // directory two levels below `decoy` (so `sub/../..` is `decoy`).
+    let attack = |src: &Path, counter: &Path| {
+        format!(
+            "{} && mv decoy copy && mkdir -p decoy/x/y && mv copy decoy/a && cd wt && \
+             mv sub sub.old && ln -s ../decoy/x/y sub; echo swapped=$?",
+            decoy_script(src, counter)
+        )
+    };
+    let setup = |src: &Path| {
+        nested_worktree(src, pointer);
+        // The pointer works as written.
+        let (code, out) = host_sh(&format!(
+            "cd '{}' && git rev-parse --git-dir",
+            src.join("wt").display()
+        ));
+        assert!(code == 0 && out.contains("worktrees/wt"), "{out}");
+    };
+
+    // Baseline on the host.
+    let base = common::outside();
+    let bsrc = base.path().join("src");
+    setup(&bsrc);
+    let bcount = counters.path().join("base");
+    let (_, out) = host_sh(&attack(&bsrc, &bcount));
+    assert!(out.contains("swapped=0"), "{out}");
+    host_status(&bsrc.join("wt"));
+    assert!(
+        common::count_lines(&bcount) > 0,
+        "baseline: the host's git ran the decoy's fsmonitor: {out}"
+    );
+
+    let ws = common::outside();
+    let src = ws.path().join("src");
+    setup(&src);
+    let count = counters.path().join("sandbox");
+    let d = Daemon::start(&[]).await;
+    match ww_session(&d, &src.join("wt"), &[&src], &[]).await {
+        Err(err) => {
+            // Refusing the layout is an answer (H9): it must say why.
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+            assert!(err.message().contains("sub"), "{}", err.message());
+        }
+        Ok(id) => {
+            let r = d.sh(&id, &attack(&src, &count)).await;
+            host_status(&src.join("wt"));
+            assert_eq!(
+                common::count_lines(&count),
+                0,
+                "the host's git ran the decoy's fsmonitor: {}",
+                r.output
+            );
+        }
+    }
+    // Allowed: the same worktree with a pointer that has no `..` below the root opens, and
+    // its files are writable.
+    std::fs::write(
+        src.join("wt/.git"),
+        "gitdir: ../a/b/main/.git/worktrees/wt\n",
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(src.join("wt/sub"));
+    let id = ww_session(&d, &src.join("wt"), &[&src], &[]).await.unwrap();
+    let r = d.sh(&id, "echo ok > f").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+}
+
+/// H10 variants: with `roots_under = [allowed]`, every spelling that canonicalises outside is
+/// refused whatever its source — writable_roots through `..`, through a symlink inside the
+/// allowed tree, through `/proc/self/root`, a sibling sharing the allowed tree's name as a
+/// prefix (`allowed-evil`), a trailing slash; `TMPDIR` through `..` and through a symlink; a
+/// read-only session's cwd outside. Allowed: the same directory spelled with `//`, `.` and a
+/// trailing slash, and an inside TMPDIR, open (and the roots the session reports are canonical).
+#[tokio::test]
+async fn h26_j_h10_roots_under_holds_for_every_spelling_and_source() {
+    let top = common::outside();
+    let allowed = top.path().join("allowed");
+    let evil = top.path().join("allowed-evil");
+    let elsewhere = top.path().join("elsewhere");
+    for d in [&allowed, &evil, &elsewhere] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let inside = allowed.join("proj");
+    std::fs::create_dir_all(inside.join("tmp")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, allowed.join("link")).unwrap();
+    let conf = common::outside();
+    let conf_file = conf.path().join("corral.toml");
+    std::fs::write(
+        &conf_file,
+        format!(
+            "[policy.users.root]\nroots_under = [\"{}\"]\n",
+            allowed.display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&["--config", conf_file.to_str().unwrap()]).await;
+    let a = allowed.display().to_string();
+    let e = elsewhere.display().to_string();
+
+    // Baseline/allowed: odd spellings of inside directories open; the roots come back canonical.
+    let spelled = format!("{a}//proj/./");
+    let tmp_inside = format!("{a}/proj/tmp/");
+    let id = ww_session(
+        &d,
+        &inside,
+        &[Path::new(&spelled)],
+        &[("TMPDIR", &tmp_inside)],
+    )
+    .await
+    .unwrap();
+    let r = d.sh(&id, "echo ok > f && echo ok > tmp/g").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+
+    let dotdot = format!("{a}/proj/../../elsewhere");
+    let through_proc = format!("/proc/self/root{e}");
+    let trailing = format!("{e}/");
+    let via_link = format!("{a}/link");
+    for root in [
+        dotdot.as_str(),
+        via_link.as_str(),
+        through_proc.as_str(),
+        &evil.display().to_string(),
+        trailing.as_str(),
+    ] {
+        let err = ww_session(&d, &inside, &[Path::new(root)], &[])
+            .await
+            .expect_err(root);
+        assert_eq!(err.code(), tonic::Code::PermissionDenied, "{root}: {err:?}");
+        assert!(
+            err.message().contains("outside"),
+            "{root}: {}",
+            err.message()
+        );
+    }
+    for tmpdir in [dotdot.as_str(), via_link.as_str(), through_proc.as_str()] {
+        let err = ww_session(&d, &inside, &[], &[("TMPDIR", tmpdir)])
+            .await
+            .expect_err(tmpdir);
+        assert_eq!(
+            err.code(),
+            tonic::Code::PermissionDenied,
+            "{tmpdir}: {err:?}"
+        );
+    }
+    // cwd outside through `..`, in read-only mode too.
+    for mode in [SandboxMode::WorkspaceWrite, SandboxMode::ReadOnly] {
+        let err = d
+            .try_open_with(api::OpenSessionRequest {
+                cwd: dotdot.clone(),
+                mode: mode as i32,
+                exclude_slash_tmp: true,
+                env: common::session_env(&inside),
+                ..Default::default()
+            })
+            .await
+            .expect_err("cwd outside");
+        assert_eq!(
+            err.code(),
+            tonic::Code::PermissionDenied,
+            "{mode:?}: {err:?}"
+        );
+    }
+    // Judged on the host: nothing was written outside.
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&evil).unwrap().count(), 0);
+}
+
+/// Tries to take per-uid notification resources and io_uring by routes libc's wrappers do not
+/// take: raw syscall numbers (x86_64), the x32 ABI, the i386 ABI (`int 0x80` from a code page),
+/// and every inotify/fanotify descriptor reachable in /proc (inherited, or another process's,
+/// reopened through its /proc link). Prints `name rc=±1 errno=N` lines.
+const NOTIFY_PROBE: &str = r#"import ctypes, mmap, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(*a):
+    r = libc.syscall(*[ctypes.c_long(x) for x in a])
+    return r, (ctypes.get_errno() if r < 0 else 0)
+def report(name, r):
+    print('%s rc=%d errno=%d' % (name, 1 if r[0] >= 0 else -1, r[1]), flush=True)
+op = sys.argv[1]
+if op == 'native':
+    report('inotify_init', sc(253))
+    report('inotify_init1', sc(294, os.O_CLOEXEC))
+    # FAN_CLASS_NOTIF | FAN_REPORT_FID: what an unprivileged caller may ask for.
+    report('fanotify_init', sc(300, 0x200, os.O_RDONLY))
+    params = ctypes.create_string_buffer(120)
+    report('io_uring_setup', sc(425, 1, ctypes.addressof(params)))
+    report('x32_inotify_init1', sc(0x40000000 | 294, 0))
+elif op == 'i386':
+    # mov eax, 332 (i386 inotify_init1); xor ebx, ebx; int 0x80; ret
+    code = bytes([0xb8, 0x4c, 0x01, 0, 0, 0x31, 0xdb, 0xcd, 0x80, 0xc3])
+    m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    m.write(code)
+    f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+    r = f()
+    report('i386_inotify_init1', (r, -r if r < 0 else 0))
+elif op == 'reuse':
+    found = 0
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir('/proc/%s/fd' % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            p = '/proc/%s/fd/%s' % (pid, fd)
+            try:
+                link = os.readlink(p)
+            except OSError:
+                continue
+            if 'inotify' not in link and 'fanotify' not in link:
+                continue
+            found += 1
+            if int(pid) == os.getpid():
+                n = int(fd)
+            else:
+                try:
+                    n = os.open(p, os.O_RDONLY)
+                except OSError as e:
+                    print('reopen %s errno=%d' % (link, e.errno), flush=True)
+                    continue
+            wd = libc.inotify_add_watch(n, b'/', 0x100)
+            print('USABLE %s pid=%s add_watch=%d' % (link, pid, wd), flush=True)
+    print('reachable=%d' % found, flush=True)
+"#;
+
+/// H13 variants: no inotify instance, fanotify group or io_uring by any route — raw syscall
+/// numbers, the x32 and i386 ABIs, or a descriptor reachable through /proc (the worker's own
+/// guard holds an inotify instance). Baseline: on the host each native call succeeds, i386
+/// `int 0x80` too, and an inotify descriptor a host process passes down is usable. Allowed:
+/// other descriptors (a pipe) still work in the sandbox.
+#[tokio::test]
+async fn h26_k_h13_no_notification_instance_or_ring_by_any_route() {
+    let py = common::outside();
+    let probe = py.path().join("notify.py");
+    std::fs::write(&probe, NOTIFY_PROBE).unwrap();
+    let p = probe.display();
+    // Baseline: the host, as this (root) user.
+    let (_, host) = host_sh(&format!("python3 {p} native; python3 {p} i386"));
+    for name in [
+        "inotify_init",
+        "inotify_init1",
+        "fanotify_init",
+        "io_uring_setup",
+    ] {
+        assert!(host.contains(&format!("{name} rc=1")), "baseline: {host}");
+    }
+    let i386_on_host = host.contains("i386_inotify_init1 rc=1");
+    if !i386_on_host {
+        eprintln!("note: no i386 syscalls on this host: {host}");
+    }
+    // A host process holding an instance is visible to another in /proc (reopening it is the
+    // kernel's ENXIO, using it needs an inherited descriptor).
+    let (_, host) = host_sh(&format!(
+        "python3 -c 'import ctypes, subprocess; ctypes.CDLL(None).inotify_init1(0); \
+         print(subprocess.run([\"python3\", \"{p}\", \"reuse\"], capture_output=True, \
+         text=True, pass_fds=(3,)).stdout)'"
+    ));
+    assert!(
+        host.contains("USABLE anon_inode:inotify") && host.contains("reachable="),
+        "baseline: {host}"
+    );
+
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let id = d.open(ws.path(), SandboxMode::WorkspaceWrite).await;
+    // The worker's guard holds an inotify instance while the sandbox runs.
+    let r = d
+        .sh(
+            &id,
+            &format!(
+                "python3 {p} native; python3 {p} i386; echo i386_status=$?; python3 {p} reuse; \
+                 python3 -c 'import os; r, w = os.pipe(); os.write(w, b\"x\"); \
+                 print(\"pipe\", os.read(r, 1))'"
+            ),
+        )
+        .await;
+    for name in [
+        "inotify_init",
+        "inotify_init1",
+        "fanotify_init",
+        "io_uring_setup",
+        "x32_inotify_init1",
+    ] {
+        assert!(
+            r.output.contains(&format!("{name} rc=-1 errno=1\n")),
+            "{name}: {}",
+            r.output
+        );
+    }
+    // A foreign ABI kills the process (SIGSYS: 128 + 31).
+    assert!(r.output.contains("i386_status=159"), "{}", r.output);
+    assert!(
+        !r.output.contains("i386_inotify_init1 rc=1"),
+        "{}",
+        r.output
+    );
+    assert!(!r.output.contains("USABLE"), "{}", r.output);
+    assert!(r.output.contains("reachable="), "{}", r.output);
+    assert!(r.output.contains("pipe b'x'"), "{}", r.output);
+}
+
+/// Opens the writable root `argv[1]` to other users by route `argv[2]`; prints `route=errno`.
+const ROOT_OPENER: &str = r#"import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+root, op = sys.argv[1], sys.argv[2]
+def acl(*entries):
+    # posix_acl_xattr_header { u32 version = 2 }, entries { u16 tag, u16 perm, u32 id }
+    return struct.pack('<I', 2) + b''.join(struct.pack('<HHI', t, p, i) for t, p, i in entries)
+NOID = 0xffffffff
+try:
+    if op == 'opath_proc':
+        fd = os.open(root, os.O_PATH)
+        os.chmod('/proc/self/fd/%d' % fd, 0o777)
+    elif op == 'fchmodat2_empty':
+        fd = os.open(root, os.O_PATH)
+        if libc.syscall(452, fd, b'', 0o777, 0x1000) != 0:
+            raise OSError(ctypes.get_errno(), 'fchmodat2')
+    elif op == 'fchmod_fd':
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        os.fchmod(fd, 0o777)
+    elif op == 'symlink':
+        link = os.path.join(root, 'lnk')
+        os.symlink(root, link)
+        os.chmod(link, 0o777)
+    elif op == 'proc_cwd':
+        os.chdir(root)
+        os.chmod('/proc/self/cwd', 0o757)
+    elif op == 'acl_user':
+        # u::rwx u:65534:rwx g::r-x m::rwx o::r-x: user 65534 may write.
+        os.setxattr(root, 'system.posix_acl_access',
+                    acl((1, 7, NOID), (2, 7, 65534), (4, 5, NOID), (0x10, 7, NOID), (0x20, 5, NOID)))
+    else:
+        raise SystemExit('unknown op ' + op)
+    print('%s=0' % op)
+except OSError as e:
+    print('%s=%d' % (op, e.errno))
+"#;
+
+/// The routes [`ROOT_OPENER`] knows.
+const OPENER_ROUTES: &[&str] = &[
+    "opath_proc",
+    "fchmodat2_empty",
+    "fchmod_fd",
+    "symlink",
+    "proc_cwd",
+    "acl_user",
+];
+
+/// Whether user 65534 (nobody) can create a file in `dir` on the host — the judge of H14.
+fn nobody_can_write(dir: &Path) -> bool {
+    let probe = dir.join("nobody-was-here");
+    let (code, _) = host_sh(&format!(
+        "setpriv --reuid 65534 --regid 65534 --clear-groups -- touch '{}'",
+        probe.display()
+    ));
+    let wrote = std::fs::symlink_metadata(&probe).is_ok();
+    let _ = std::fs::remove_file(&probe);
+    code == 0 && wrote
+}
+
+/// `dir` back to `mode`, without ACL entries or the `lnk` a route leaves.
+fn reset_root(dir: &Path, mode: u32) {
+    let _ = std::fs::remove_file(dir.join("lnk"));
+    host_sh(&format!(
+        "python3 -c \"import os; os.removexattr('{0}', 'system.posix_acl_access')\" 2>/dev/null; \
+         chmod {mode:o} '{0}'",
+        dir.display()
+    ));
+}
+
+/// A 0755 directory `proj` that user 65534 can reach (its parents searchable).
+fn reachable_root() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = common::outside();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let proj = base.path().join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    std::fs::set_permissions(&proj, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (base, proj)
+}
+
+/// H14 variants: a 0755 root opened to other users by routes other than `chmod PATH` — through
+/// an O_PATH descriptor's /proc link, `fchmodat2(fd, "", AT_EMPTY_PATH)`, `fchmod` on a
+/// directory descriptor, a symlink to the root made inside it, `/proc/self/cwd`, and a POSIX
+/// ACL granting another user `rwx` (setxattr `system.posix_acl_access`). Baseline: on the host
+/// each route lets user 65534 create a file in the directory. In the sandbox, after each call
+/// (one route per call), user 65534 cannot, the mode has no group/other write bit, and the
+/// call's output says the root was set back. Allowed: a world-writable file inside the root.
+#[tokio::test]
+async fn h26_l_h14_no_route_opens_a_root_to_other_users() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: judging as another user needs root (CI runs as root)");
+        return;
+    }
+    let py = common::outside();
+    let opener = py.path().join("opener.py");
+    std::fs::write(&opener, ROOT_OPENER).unwrap();
+    // Baseline on the host.
+    let (_base, host_root) = reachable_root();
+    assert!(
+        !nobody_can_write(&host_root),
+        "baseline: 0755 keeps others out"
+    );
+    for route in OPENER_ROUTES {
+        reset_root(&host_root, 0o755);
+        let (_, out) = host_sh(&format!(
+            "python3 {} {} {route}",
+            opener.display(),
+            host_root.display()
+        ));
+        assert!(
+            out.contains(&format!("{route}=0")),
+            "baseline {route}: {out}"
+        );
+        assert!(nobody_can_write(&host_root), "baseline {route}: {out}");
+    }
+
+    let (_ws, proj) = reachable_root();
+    let d = Daemon::start(&[]).await;
+    let id = ww_session(&d, &proj, &[], &[]).await.unwrap();
+    for route in OPENER_ROUTES {
+        let r = d
+            .sh(
+                &id,
+                &format!("python3 {} {} {route}", opener.display(), proj.display()),
+            )
+            .await;
+        let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&proj).unwrap());
+        assert!(
+            !nobody_can_write(&proj),
+            "{route}: another user can write the root (mode {mode:o}): {}",
+            r.output
+        );
+        assert_eq!(mode & 0o022, 0, "{route}: mode {mode:o}: {}", r.output);
+        // The route itself worked (it is the root's owner), and the guard said so.
+        if r.output.contains(&format!("{route}=0")) {
+            assert!(
+                r.output.contains("sandbox blocked making writable root"),
+                "{route}: {}",
+                r.output
+            );
+        }
+        let _ = std::fs::remove_file(proj.join("lnk"));
+    }
+    // Allowed: a world-writable file inside the root.
+    let r = d
+        .sh(&id, "echo x > open && chmod 666 open && stat -c %a open")
+        .await;
+    assert_eq!((r.exit_code, r.output.trim()), (0, "666"), "{}", r.output);
+}
+
+/// H14 with ACLs on a root that is group-writable already (0775, as under a umask of 002 with
+/// user private groups): the mode has no bit left to gain, so a guard that compares mode bits
+/// misses an ACL entry that grants one more user `rwx`. Baseline: on the host the ACL lets
+/// user 65534 write. In the sandbox it must not.
+#[tokio::test]
+#[ignore = "H26: an ACL entry (setxattr system.posix_acl_access, u:65534:rwx) on a root that \
+            was 0775 already lets another user write it: the H14 guard (watcher.rs \
+            restore_roots) compares only the mode's group/other write bits with the original \
+            mode, and an ACL's mask is the group bits, already rwx"]
+async fn h26_m_h14_an_acl_cannot_add_a_writer_to_a_group_writable_root() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: judging as another user needs root (CI runs as root)");
+        return;
+    }
+    let py = common::outside();
+    let opener = py.path().join("opener.py");
+    std::fs::write(&opener, ROOT_OPENER).unwrap();
+    let (_base, host_root) = reachable_root();
+    reset_root(&host_root, 0o775);
+    assert!(
+        !nobody_can_write(&host_root),
+        "baseline: 0775 keeps 65534 out"
+    );
+    let (_, out) = host_sh(&format!(
+        "python3 {} {} acl_user",
+        opener.display(),
+        host_root.display()
+    ));
+    assert!(
+        out.contains("acl_user=0") && nobody_can_write(&host_root),
+        "{out}"
+    );
+
+    let (_ws, proj) = reachable_root();
+    reset_root(&proj, 0o775);
+    let d = Daemon::start(&[]).await;
+    let id = ww_session(&d, &proj, &[], &[]).await.unwrap();
+    let r = d
+        .sh(
+            &id,
+            &format!("python3 {} {} acl_user", opener.display(), proj.display()),
+        )
+        .await;
+    assert!(
+        !nobody_can_write(&proj),
+        "user 65534 can write the root through the ACL the sandbox set: {}",
+        r.output
+    );
+    // Allowed: the root stays usable to its owner and its group, as it was.
+    let r = d.sh(&id, "echo ok > f").await;
+    assert_eq!(r.exit_code, 0, "{}", r.output);
+}
+
+/// H14, a process that outlives its call: `exec_command` returns while its command is still
+/// running, and the command opens the root to other users a second later, when no call is
+/// being guarded. Judged on the host two seconds after that: user 65534 cannot write the root
+/// (or could only until the session's next call — which is not the property).
+#[tokio::test]
+async fn h26_n_h14_a_background_command_cannot_open_the_root_after_its_call() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: judging as another user needs root (CI runs as root)");
+        return;
+    }
+    let (_ws, proj) = reachable_root();
+    let d = Daemon::start(&[]).await;
+    let id = ww_session(&d, &proj, &[], &[]).await.unwrap();
+    let (out, _) = d
+        .invoke(
+            &id,
+            "exec_command",
+            r#"{"cmd":"sleep 1; chmod 777 .; echo $? > chmod-ran; sleep 20","yield_time_ms":200}"#,
+        )
+        .await;
+    assert!(
+        !out.contains("chmod"),
+        "the call returned before the chmod: {out}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The command did run its chmod (as the root's owner it may), outside any call.
+    assert_eq!(
+        std::fs::read_to_string(proj.join("chmod-ran")).unwrap_or_default(),
+        "0\n",
+        "the chmod ran"
+    );
+    let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&proj).unwrap());
+    assert!(
+        !nobody_can_write(&proj),
+        "3 s after its call a command left the root {mode:o} and user 65534 wrote into it"
+    );
+}
+
+/// `corral health` with `--socket`/`CORRAL_SOCKET`; returns (exit code, stdout, stderr).
+fn health_cli(socket: Option<&str>, env_socket: Option<&str>) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(common::CORRAL);
+    cmd.arg("health").env_remove("CORRAL_SOCKET");
+    if let Some(s) = socket {
+        cmd.args(["--socket", s]);
+    }
+    if let Some(s) = env_socket {
+        cmd.env("CORRAL_SOCKET", s);
+    }
+    let out = cmd.output().expect("run the corral CLI");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// Removes a path on drop (a link left in /tmp).
+struct RemoveOnDrop(std::path::PathBuf);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// H17 variants: a real daemon's socket reached through a location another user could have
+/// replaced it in — a (hard) link to it in /tmp (1777) and in a world-writable directory
+/// (0777, not sticky), named directly, through a symlink in a private directory (the socket
+/// file is the link; what matters is where the socket lives), through a symlinked directory,
+/// and through `..`; by `--socket`, `unix:` and `CORRAL_SOCKET`. The CLI must refuse each
+/// (exit 2) with an error naming the directory the socket is really in. Baseline: the kernel
+/// connects through every one of these paths to the daemon (so a client that did not check
+/// would talk to whatever is there), and the CLI reaches the daemon by its private path.
+#[tokio::test]
+async fn h26_o_h17_no_socket_in_a_shared_directory_by_any_path() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let private = common::outside();
+    let socket = private.path().join("c.sock");
+    let d = Daemon::start_at(&socket, &[], &[], std::process::Stdio::null()).await;
+    let (code, out, err) = health_cli(Some(d.target()), None);
+    assert_eq!((code, out.as_str()), (0, "SERVING"), "baseline: {err}");
+
+    // The shared places: /tmp, and a 0777 directory (hard links to the socket: same inode).
+    let in_tmp = std::path::PathBuf::from(format!("/tmp/corral-h26o-{}.sock", std::process::id()));
+    let _tmp_guard = RemoveOnDrop(in_tmp.clone());
+    std::fs::hard_link(&socket, &in_tmp).unwrap();
+    let shared = common::outside();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let in_shared = shared.path().join("c.sock");
+    std::fs::hard_link(&socket, &in_shared).unwrap();
+    // Private spellings that lead there.
+    let links = common::outside();
+    symlink(&in_tmp, links.path().join("tmp.sock")).unwrap();
+    symlink(&in_shared, links.path().join("shared.sock")).unwrap();
+    symlink("/tmp", links.path().join("tmpdir")).unwrap();
+    let via_dir = links
+        .path()
+        .join("tmpdir")
+        .join(in_tmp.file_name().unwrap());
+    let up = "../".repeat(links.path().components().count());
+    let via_dotdot = format!(
+        "{}/{up}tmp/{}",
+        links.path().display(),
+        in_tmp.file_name().unwrap().to_string_lossy()
+    );
+    let cases: Vec<(String, &str)> = vec![
+        (in_tmp.display().to_string(), "/tmp"),
+        (in_shared.display().to_string(), "0777"),
+        (links.path().join("tmp.sock").display().to_string(), "/tmp"),
+        (
+            links.path().join("shared.sock").display().to_string(),
+            "0777",
+        ),
+        (via_dir.display().to_string(), "1777"),
+        (via_dotdot, "1777"),
+    ];
+    for (path, says) in &cases {
+        // Baseline: the kernel connects there, to this daemon.
+        std::os::unix::net::UnixStream::connect(path)
+            .unwrap_or_else(|e| panic!("baseline: connect {path}: {e}"));
+        for (flag, env) in [
+            (Some(path.clone()), None),
+            (Some(format!("unix:{path}")), None),
+            (None, Some(path.clone())),
+        ] {
+            let (code, out, err) = health_cli(flag.as_deref(), env.as_deref());
+            assert_eq!(
+                code, 2,
+                "{path} (flag {flag:?}, env {env:?}) must be refused: {out} {err}"
+            );
+            assert!(
+                err.contains("refusing socket") && err.contains(says),
+                "{path}: the error names where the socket is and why: {err}"
+            );
+        }
+    }
+    // Allowed: a symlink in a private directory to the socket in its private directory.
+    symlink(&socket, links.path().join("ok.sock")).unwrap();
+    let ok = links.path().join("ok.sock").display().to_string();
+    let (code, out, err) = health_cli(None, Some(&ok));
+    assert_eq!((code, out.as_str()), (0, "SERVING"), "{err}");
+}

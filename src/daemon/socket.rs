@@ -111,7 +111,12 @@ pub fn check_client(socket: &Path, me: u32) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(format!("cannot inspect socket {}: {e}", socket.display())),
     };
+    // Judge the directory the socket really lives in: a symlink (or `..`) in a private
+    // directory may lead to a socket in a shared one, where another user can replace it.
+    let real = std::fs::canonicalize(socket)
+        .map_err(|e| format!("cannot inspect socket {}: {e}", socket.display()))?;
     check_dir(socket, me)?;
+    check_dir(&real, me).map_err(|e| format!("{} is {}: {e}", socket.display(), real.display()))?;
     if meta.uid() != 0 && meta.uid() != me {
         return Err(format!(
             "refusing socket {}: it is owned by {}, not by root or {}; it may be an impostor",

@@ -80,6 +80,10 @@ pub enum PolicyError {
     /// A protected path reaches, through a symlink, somewhere the sandbox can write, so a
     /// read-only mount could be sidestepped by swapping the link (§2.3).
     WritableSymlink { path: PathBuf, symlink: PathBuf },
+    /// A protected path is named through `dir/..` with `dir` below a writable root: the kernel
+    /// (and so the host's git) resolves `..` from wherever `dir` leads, and the sandbox can
+    /// replace `dir` with a symlink (H9).
+    WritableDotDot { path: PathBuf, dir: PathBuf },
     /// A protected path or `.git` file could not be inspected.
     Inspect { path: PathBuf, cause: String },
 }
@@ -101,6 +105,14 @@ impl fmt::Display for PolicyError {
                 "cannot enforce sandbox read-only path {} because it crosses writable symlink {}",
                 path.display(),
                 symlink.display()
+            ),
+            PolicyError::WritableDotDot { path, dir } => write!(
+                f,
+                "cannot enforce sandbox read-only path {} because it climbs out of writable \
+                 directory {} with `..` (the sandbox could replace that directory with a \
+                 symlink); name it without `..` below the writable root",
+                path.display(),
+                dir.display()
             ),
             PolicyError::Inspect { path, cause } => {
                 write!(
@@ -651,11 +663,25 @@ pub(super) fn resolve_checked(
     } else {
         base.to_path_buf()
     };
+    // How many directories this walk went down into (not `base`'s own ancestors, which are
+    // canonical and fixed): `..` out of one below a writable root is refused.
+    let mut descended = 0usize;
     for component in rel.components() {
         match component {
             Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-            // `current` is canonical, so popping is exact.
+            // `current` is canonical, so popping is exact — today. A directory this walk
+            // entered that lies below a writable root (and is not a root, which is pinned)
+            // could become a symlink, and then the kernel's `..` leads elsewhere.
             Component::ParentDir => {
+                if descended > 0 {
+                    descended -= 1;
+                    if inside_any(&current, roots) && !roots.contains(&current) {
+                        return Err(PolicyError::WritableDotDot {
+                            path: requested,
+                            dir: current,
+                        });
+                    }
+                }
                 current.pop();
             }
             Component::Normal(name) => {
@@ -681,6 +707,7 @@ pub(super) fn resolve_checked(
                 } else {
                     current = next;
                 }
+                descended += 1;
             }
         }
     }

@@ -72,9 +72,9 @@ fn run() -> ResolveAnswer {
             field: "writable_roots".into(),
             message: e.to_string(),
         },
-        PolicyError::WritableSymlink { .. } | PolicyError::Inspect { .. } => {
-            ResolveRefusal::Unenforceable(e.to_string())
-        }
+        PolicyError::WritableSymlink { .. }
+        | PolicyError::WritableDotDot { .. }
+        | PolicyError::Inspect { .. } => ResolveRefusal::Unenforceable(e.to_string()),
     })?;
     check_access(&req.params)?;
     Ok(policy)

@@ -1,6 +1,6 @@
 // The corral client: one gRPC channel to a daemon, sessions, typed tool RPCs and the bridge.
 import { spawnSync } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, realpathSync, statSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -244,16 +244,19 @@ export function checkSocket(path, uid = process.geteuid?.() ?? 0) {
     if (err.code === 'ENOENT') return;
     throw err;
   }
-  const dir = dirname(path);
-  const st = statSync(dir);
-  const mode = st.mode & 0o7777;
-  if ((st.uid !== 0 && st.uid !== uid) || (mode & 0o022) !== 0) {
-    throw refuse(
-      `refusing socket ${path}: its directory ${dir} is owned by ${describeUid(st.uid)} with mode ` +
-        `${mode.toString(8).padStart(4, '0')}; a corral socket's directory must be owned by root or ` +
-        `${describeUid(uid)} and not writable by group or others, or another user could put an ` +
-        'impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)',
-    );
+  // The directory named, and the one the socket really lives in (a symlink in a private
+  // directory may lead to a socket in a shared one, where another user can replace it).
+  for (const dir of [dirname(path), dirname(realpathSync(path))]) {
+    const st = statSync(dir);
+    const mode = st.mode & 0o7777;
+    if ((st.uid !== 0 && st.uid !== uid) || (mode & 0o022) !== 0) {
+      throw refuse(
+        `refusing socket ${path}: its directory ${dir} is owned by ${describeUid(st.uid)} with mode ` +
+          `${mode.toString(8).padStart(4, '0')}; a corral socket's directory must be owned by root or ` +
+          `${describeUid(uid)} and not writable by group or others, or another user could put an ` +
+          'impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)',
+      );
+    }
   }
   if (sock.uid !== 0 && sock.uid !== uid) {
     throw refuse(

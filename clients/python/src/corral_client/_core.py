@@ -83,17 +83,20 @@ def check_socket(path: str | os.PathLike[str], uid: int | None = None) -> None:
         sock = os.stat(path)
     except FileNotFoundError:
         return
-    directory = os.path.dirname(path) or "."
-    st = os.stat(directory)
-    mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in (0, me) or mode & 0o022:
-        raise PermissionDenied(
-            grpc.StatusCode.PERMISSION_DENIED,
-            f"refusing socket {path}: its directory {directory} is owned by {_describe_uid(st.st_uid)} "
-            f"with mode {mode:04o}; a corral socket's directory must be owned by root or "
-            f"{_describe_uid(me)} and not writable by group or others, or another user could put an "
-            "impostor daemon there. Use a private directory (e.g. $XDG_RUNTIME_DIR/corral or /run/corral)",
-        )
+    # The directory named, and the one the socket really lives in (a symlink in a private
+    # directory may lead to a socket in a shared one, where another user can replace it).
+    for directory in (os.path.dirname(path) or ".", os.path.dirname(os.path.realpath(path))):
+        st = os.stat(directory)
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_uid not in (0, me) or mode & 0o022:
+            raise PermissionDenied(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"refusing socket {path}: its directory {directory} is owned by "
+                f"{_describe_uid(st.st_uid)} with mode {mode:04o}; a corral socket's directory must "
+                f"be owned by root or {_describe_uid(me)} and not writable by group or others, or "
+                "another user could put an impostor daemon there. Use a private directory (e.g. "
+                "$XDG_RUNTIME_DIR/corral or /run/corral)",
+            )
     if sock.st_uid not in (0, me):
         raise PermissionDenied(
             grpc.StatusCode.PERMISSION_DENIED,
