@@ -397,6 +397,22 @@ export class Follower implements AsyncIterableIterator<OutputChunk> {
 
 // -- files -----------------------------------------------------------------------------------
 
+export type EntryKindName = 'ENTRY_KIND_FILE' | 'ENTRY_KIND_DIRECTORY' | 'ENTRY_KIND_SYMLINK' | 'ENTRY_KIND_OTHER';
+export interface FileStat {
+  path: string;
+  kind: EntryKindName;
+  size: number;
+  /** Permission bits. */
+  mode: number;
+  modifiedMs: number;
+  /** 0 when the filesystem records no birth time. */
+  createdMs: number;
+}
+export interface DirectoryEntry {
+  name: string;
+  kind: EntryKindName;
+}
+
 export class Files {
   constructor(session: Session);
   readonly session: Session;
@@ -408,6 +424,16 @@ export class Files {
     data: Buffer | Uint8Array | string,
     opts?: { mode?: number; createParents?: boolean; overwrite?: boolean } & CallOptions,
   ): Promise<{ path: string; size: number }>;
+  /** What is at `path` (a missing path: NotFoundError). */
+  stat(path: string, opts?: { followSymlinks?: boolean } & CallOptions): Promise<FileStat>;
+  /** The directory's entries, sorted by name. */
+  listDirectory(path: string, opts?: CallOptions): Promise<DirectoryEntry[]>;
+  /** Creates a directory (0755); `recursive`: `mkdir -p`. */
+  makeDirectory(path: string, opts?: { recursive?: boolean } & CallOptions): Promise<string>;
+  /** `rm [-r] [-f]`; a symlink is removed itself. */
+  remove(path: string, opts?: { recursive?: boolean; force?: boolean } & CallOptions): Promise<string>;
+  /** Copies within the session to exactly `destination` (a directory needs `recursive`). */
+  copy(source: string, destination: string, opts?: { recursive?: boolean } & CallOptions): Promise<string>;
   /** Copies a local file, symlink or tree into the session (cp's rule into a directory). */
   upload(localPath: string, remotePath: string, opts?: { overwrite?: boolean; createParents?: boolean } & CallOptions): Promise<TransferSummary>;
   /** Copies a file, symlink or tree of the session to the local disk (atomically). */

@@ -303,8 +303,9 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
     }
 }
 
-/// A Files call: `read_bytes`, `write_bytes`, `upload` or `download` with the path it names
-/// (an upload's `source_name` too: it may be where the tree lands).
+/// A Files call: `read_bytes`, `write_bytes`, `upload`, `download`, `stat`, `list_directory`,
+/// `make_directory`, `remove` or `copy` with the paths it names (an upload's `source_name` too:
+/// it may be where the tree lands; a copy's source and destination).
 fn describe_files(call: &crate::wire::FilesCall) -> (String, Vec<String>) {
     use crate::wire::files_call::Op;
     match &call.op {
@@ -318,6 +319,14 @@ fn describe_files(call: &crate::wire::FilesCall) -> (String, Vec<String>) {
         Some(Op::RemoveUploadStagings(r)) => {
             ("remove_upload_stagings".into(), vec![r.path.clone()])
         }
+        Some(Op::Stat(r)) => ("stat".into(), vec![r.path.clone()]),
+        Some(Op::ListDirectory(r)) => ("list_directory".into(), vec![r.path.clone()]),
+        Some(Op::MakeDirectory(r)) => ("make_directory".into(), vec![r.path.clone()]),
+        Some(Op::Remove(r)) => ("remove".into(), vec![r.path.clone()]),
+        Some(Op::Copy(r)) => (
+            "copy".into(),
+            vec![r.source_path.clone(), r.destination_path.clone()],
+        ),
         None => ("files".into(), Vec::new()),
     }
 }

@@ -1,4 +1,5 @@
-//! The Files service: ReadBytes, WriteBytes, Upload and Download. Each call takes the same
+//! The Files service: ReadBytes, WriteBytes, Upload, Download, Stat, ListDirectory,
+//! MakeDirectory, Remove and Copy. Each call takes the same
 //! pipeline as every tool call (session, policy checks, one audit line with the path and the
 //! bytes moved, metrics) to the session's worker, which does all the file work (DESIGN.md §1:
 //! the daemon never touches user files).
@@ -110,6 +111,86 @@ impl Files for CorralService {
             .map(Response::new)
     }
 
+    async fn stat(
+        &self,
+        request: Request<api::StatRequest>,
+    ) -> Result<Response<api::StatResponse>, Status> {
+        self.unary_files(
+            request,
+            Op::Stat,
+            |r| r.session_id.clone(),
+            |op| match op {
+                Answer::Stat(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn list_directory(
+        &self,
+        request: Request<api::ListDirectoryRequest>,
+    ) -> Result<Response<api::ListDirectoryResponse>, Status> {
+        self.unary_files(
+            request,
+            Op::ListDirectory,
+            |r| r.session_id.clone(),
+            |op| match op {
+                Answer::ListDirectory(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn make_directory(
+        &self,
+        request: Request<api::MakeDirectoryRequest>,
+    ) -> Result<Response<api::MakeDirectoryResponse>, Status> {
+        self.unary_files(
+            request,
+            Op::MakeDirectory,
+            |r| r.session_id.clone(),
+            |op| match op {
+                Answer::MakeDirectory(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn remove(
+        &self,
+        request: Request<api::RemoveRequest>,
+    ) -> Result<Response<api::RemoveResponse>, Status> {
+        self.unary_files(
+            request,
+            Op::Remove,
+            |r| r.session_id.clone(),
+            |op| match op {
+                Answer::Remove(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn copy(
+        &self,
+        request: Request<api::CopyRequest>,
+    ) -> Result<Response<api::CopyResponse>, Status> {
+        self.unary_files(
+            request,
+            Op::Copy,
+            |r| r.session_id.clone(),
+            |op| match op {
+                Answer::Copy(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
+    }
+
     type DownloadStream = Pin<Box<dyn tokio_stream::Stream<Item = DownloadItem> + Send>>;
 
     async fn download(
@@ -146,6 +227,24 @@ struct StartedUpload {
 }
 
 impl CorralService {
+    /// A unary Files call (Stat, ListDirectory, MakeDirectory, Remove, Copy): the one pipeline
+    /// (session, policy, audit, metrics) to the session's worker, and its answer.
+    async fn unary_files<Req, Resp>(
+        &self,
+        request: Request<Req>,
+        op: impl FnOnce(Req) -> Op,
+        session_of: impl FnOnce(&Req) -> String,
+        pick: impl FnOnce(Answer) -> Option<Resp>,
+    ) -> Result<Response<Resp>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        let req = request.into_inner();
+        let id = session_of(&req);
+        let reply = self
+            .run(caller, &id, files_call(op(req)), false, Refusal::Status)
+            .await?;
+        answer(reply, pick).map(Response::new)
+    }
+
     /// The whole upload: its start through the pipeline, its pieces to the worker, the audit
     /// line however it ends.
     async fn upload_call(

@@ -80,6 +80,9 @@ pub fn execute(
                 crate::wire::files_call::Op::WriteBytes(_)
                     | crate::wire::files_call::Op::Upload(_)
                     | crate::wire::files_call::Op::RemoveUploadStagings(_)
+                    | crate::wire::files_call::Op::MakeDirectory(_)
+                    | crate::wire::files_call::Op::Remove(_)
+                    | crate::wire::files_call::Op::Copy(_)
             )
         ),
         _ => false,

@@ -1,10 +1,11 @@
 //! The Files service in the worker: its messages ↔ `tools::transfer`. Writes (WriteBytes,
-//! Upload) run under the protected-name guard like apply_patch; an upload's pieces arrive after
+//! Upload, MakeDirectory, Remove, Copy) run under the protected-name guard like apply_patch; an upload's pieces arrive after
 //! its call, through the call's inbox, and are credited back as they are written, so the daemon
 //! never has more than a window of them in flight.
 
 use crate::api;
-use crate::tools::transfer::{self, Entry, Item, Kind, Receiver, Summary, destination, small};
+use crate::tools::transfer::fsx::Node;
+use crate::tools::transfer::{self, Entry, Item, Kind, Receiver, Summary, destination, ops, small};
 use crate::tools::{ErrorKind, ToolContext, ToolError};
 use crate::wire::files_call::Op;
 use crate::wire::files_reply::Op as Answer;
@@ -74,6 +75,61 @@ pub fn call(
             })
         }
         Op::Download(r) => Answer::Download(download(ctx, &r.path, emit)?),
+        Op::Stat(r) => {
+            let s = ops::stat(&ctx.cwd, &r.path, r.follow_symlinks)?;
+            Answer::Stat(api::StatResponse {
+                path: s.path.to_string_lossy().into_owned(),
+                kind: api_kind(s.node) as i32,
+                size: s.size,
+                mode: s.mode,
+                modified_ms: s.modified_ms,
+                created_ms: s.created_ms,
+            })
+        }
+        Op::ListDirectory(r) => {
+            let (path, entries) = ops::list_directory(&ctx.cwd, &r.path)?;
+            Answer::ListDirectory(api::ListDirectoryResponse {
+                path: path.to_string_lossy().into_owned(),
+                entries: entries
+                    .into_iter()
+                    .map(|(name, node)| api::DirectoryEntry {
+                        name: name.to_string_lossy().into_owned(),
+                        kind: api_kind(node) as i32,
+                    })
+                    .collect(),
+            })
+        }
+        Op::MakeDirectory(r) => {
+            let path = guarded(runner, || {
+                ops::make_directory(&ctx.patch, &r.path, r.recursive)
+            })?;
+            Answer::MakeDirectory(api::MakeDirectoryResponse {
+                path: path.to_string_lossy().into_owned(),
+            })
+        }
+        Op::Remove(r) => {
+            let path = guarded(runner, || {
+                ops::remove(&ctx.patch, &r.path, r.recursive, r.force)
+            })?;
+            Answer::Remove(api::RemoveResponse {
+                path: path.to_string_lossy().into_owned(),
+            })
+        }
+        Op::Copy(r) => {
+            let path = guarded(runner, || {
+                ops::copy(
+                    &ctx.patch,
+                    &r.source_path,
+                    &r.destination_path,
+                    r.recursive,
+                    &ctx.cancel,
+                )
+            })
+            .map_err(changed_nothing)?;
+            Answer::Copy(api::CopyResponse {
+                path: path.to_string_lossy().into_owned(),
+            })
+        }
         Op::RemoveUploadStagings(start) => {
             // Where the parent is gone there is nothing to remove; it is never created.
             let removed =
@@ -245,6 +301,16 @@ pub fn entry_of(e: api::TransferEntry) -> Result<Entry, ToolError> {
         size: e.size,
         link_target: e.link_target,
     })
+}
+
+/// A node's kind on the wire (FIFOs, sockets and devices are OTHER).
+fn api_kind(node: Node) -> api::EntryKind {
+    match node {
+        Node::File => api::EntryKind::File,
+        Node::Directory => api::EntryKind::Directory,
+        Node::Symlink => api::EntryKind::Symlink,
+        Node::Other(_) => api::EntryKind::Other,
+    }
 }
 
 /// The tool's entry on the wire.

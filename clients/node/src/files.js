@@ -354,6 +354,74 @@ export class Files {
   }
 
   /**
+   * What is at `path`: `{path, kind, size, mode, modifiedMs, createdMs}` (`kind`: an
+   * `ENTRY_KIND_*` name; a final symlink is described itself unless `followSymlinks`). A missing
+   * path rejects with NotFoundError.
+   * @param {string} path
+   * @param {{followSymlinks?: boolean} & CallOptions} [opts]
+   */
+  async stat(path, opts = {}) {
+    const { followSymlinks = false, ...call } = opts;
+    const client = this.session.client;
+    const res = await unary(client._files, 'stat', { sessionId: this.session.id, path, followSymlinks }, client._opts(call));
+    return { path: res.path, kind: res.kind, size: res.size, mode: res.mode, modifiedMs: res.modifiedMs, createdMs: res.createdMs };
+  }
+
+  /**
+   * The directory's entries `{name, kind}`, sorted by name, without `.` and `..`.
+   * @param {string} path
+   * @param {CallOptions} [opts]
+   * @returns {Promise<{name: string, kind: string}[]>}
+   */
+  async listDirectory(path, opts) {
+    const client = this.session.client;
+    const res = await unary(client._files, 'listDirectory', { sessionId: this.session.id, path }, client._opts(opts));
+    return res.entries.map((e) => ({ name: e.name, kind: e.kind }));
+  }
+
+  /**
+   * Creates a directory (0755); `recursive`: `mkdir -p`. Resolves to its resolved path.
+   * @param {string} path
+   * @param {{recursive?: boolean} & CallOptions} [opts]
+   * @returns {Promise<string>}
+   */
+  async makeDirectory(path, opts = {}) {
+    const { recursive = false, ...call } = opts;
+    const client = this.session.client;
+    const res = await unary(client._files, 'makeDirectory', { sessionId: this.session.id, path, recursive }, client._opts(call));
+    return res.path;
+  }
+
+  /**
+   * `rm [-r] [-f]`: a symlink is removed itself, never followed. Resolves to the resolved path.
+   * @param {string} path
+   * @param {{recursive?: boolean, force?: boolean} & CallOptions} [opts]
+   * @returns {Promise<string>}
+   */
+  async remove(path, opts = {}) {
+    const { recursive = false, force = false, ...call } = opts;
+    const client = this.session.client;
+    const res = await unary(client._files, 'remove', { sessionId: this.session.id, path, recursive, force }, client._opts(call));
+    return res.path;
+  }
+
+  /**
+   * Copies within the session to exactly `destination` (symlinks as symlinks; a directory needs
+   * `recursive` and a new destination). Resolves to the destination's resolved path.
+   * @param {string} source
+   * @param {string} destination
+   * @param {{recursive?: boolean} & CallOptions} [opts]
+   * @returns {Promise<string>}
+   */
+  async copy(source, destination, opts = {}) {
+    const { recursive = false, ...call } = opts;
+    const client = this.session.client;
+    const req = { sessionId: this.session.id, sourcePath: source, destinationPath: destination, recursive };
+    const res = await unary(client._files, 'copy', req, client._opts(call));
+    return res.path;
+  }
+
+  /**
    * Copies a local file, symlink or directory tree into the session (see the rules above).
    * FIFOs, sockets and devices are skipped and named in the summary's `skipped`. `deadlineMs`:
    * the whole transfer's deadline (default: none).

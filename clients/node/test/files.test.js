@@ -66,6 +66,28 @@ describe('files against a daemon', () => {
     await assert.rejects(session.files.write('no/such/dir/f', 'x'), CorralError);
   });
 
+  test('stat, listDirectory, makeDirectory, copy and remove', async (t) => {
+    if (!served) return t.skip(SKIP);
+    assert.equal(await session.files.makeDirectory('ops/deep', { recursive: true }), join(ws, 'ops', 'deep'));
+    assert.equal(statSync(join(ws, 'ops', 'deep')).mode & 0o777, 0o755);
+    await assert.rejects(session.files.makeDirectory('ops'), AlreadyExistsError);
+    await session.files.write('ops/f.txt', 'twelve bytes', { mode: 0o640 });
+    const st = await session.files.stat('ops/f.txt');
+    assert.deepEqual([st.path, st.kind, st.size, st.mode], [join(ws, 'ops', 'f.txt'), 'ENTRY_KIND_FILE', 12, 0o640]);
+    assert.ok(st.modifiedMs > 0);
+    await assert.rejects(session.files.stat('missing'), NotFoundError);
+    assert.equal(await session.files.copy('ops', 'ops-copy', { recursive: true }), join(ws, 'ops-copy'));
+    assert.equal(readFileSync(join(ws, 'ops-copy', 'f.txt'), 'utf8'), 'twelve bytes');
+    assert.deepEqual(await session.files.listDirectory('ops-copy'), [
+      { name: 'deep', kind: 'ENTRY_KIND_DIRECTORY' },
+      { name: 'f.txt', kind: 'ENTRY_KIND_FILE' },
+    ]);
+    await assert.rejects(session.files.remove('ops-copy'), CorralError);
+    assert.equal(await session.files.remove('ops-copy', { recursive: true }), join(ws, 'ops-copy'));
+    assert.ok(!existsSync(join(ws, 'ops-copy')));
+    await session.files.remove('ops-copy', { force: true });
+  });
+
   test('a tree goes up and comes back unchanged', async (t) => {
     if (!served) return t.skip(SKIP);
     const src = makeTree(join(local, 'src'), 3 * MIB + 12345);

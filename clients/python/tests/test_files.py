@@ -51,6 +51,29 @@ def test_bytes_read_and_written(call, workspace):
         call("write", "no/such/dir/f", b"x")  # no create_parents
 
 
+def test_stat_list_mkdir_copy_remove(call, workspace):
+    from corral_client import FailedPrecondition
+
+    assert call("make_directory", "made/deep", recursive=True) == f"{workspace}/made/deep"
+    assert oct(os.stat(workspace / "made" / "deep").st_mode & 0o777) == oct(0o755)
+    with pytest.raises(AlreadyExists):
+        call("make_directory", "made")
+    call("write", "made/f.txt", b"twelve bytes", mode=0o640)
+    st = call("stat", "made/f.txt")
+    assert (st.path, st.kind, st.size, st.mode) == (f"{workspace}/made/f.txt", 1, 12, 0o640)
+    assert st.modified_ms > 0
+    with pytest.raises(NotFound):
+        call("stat", "missing")
+    assert call("copy", "made", "copied", recursive=True) == f"{workspace}/copied"
+    assert (workspace / "copied" / "f.txt").read_bytes() == b"twelve bytes"
+    assert [(e.name, e.kind) for e in call("list_directory", "copied")] == [("deep", 2), ("f.txt", 1)]
+    with pytest.raises(FailedPrecondition):
+        call("remove", "copied")
+    assert call("remove", "copied", recursive=True) == f"{workspace}/copied"
+    assert not (workspace / "copied").exists()
+    call("remove", "copied", force=True)
+
+
 def test_a_tree_goes_up_and_comes_back_unchanged(call, workspace, tmp_path):
     src = make_tree(tmp_path / "src", big=3 * MIB + 12345)
     summary = call("upload", src, "copy")

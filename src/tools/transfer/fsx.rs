@@ -319,11 +319,11 @@ struct Level {
     name: OsString,
 }
 
-/// Opens directory `name` in `parent` for emptying: made searchable and writable by its owner
-/// first if need be (a 0555 or 0000 directory of the tree).
-fn open_level(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Level> {
+/// Opens directory `name` in `parent` for emptying: with `make_writable`, made searchable and
+/// writable by its owner first if need be (a 0555 or 0000 directory of the tree).
+fn open_level(parent: BorrowedFd<'_>, name: &OsStr, make_writable: bool) -> nix::Result<Level> {
     let fd = match open_dir(parent, name) {
-        Err(Errno::EACCES) => {
+        Err(Errno::EACCES) if make_writable => {
             fchmodat(
                 parent,
                 name,
@@ -335,7 +335,9 @@ fn open_level(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Level> {
         other => other?,
     };
     // Without write and search permission its entries cannot be unlinked.
-    fchmod(&fd, Mode::from_bits_truncate(0o700))?;
+    if make_writable {
+        fchmod(&fd, Mode::from_bits_truncate(0o700))?;
+    }
     Ok(Level {
         left: names(fd.as_fd())?,
         fd,
@@ -344,15 +346,27 @@ fn open_level(parent: BorrowedFd<'_>, name: &OsStr) -> nix::Result<Level> {
 }
 
 /// Removes `name` in `dir` and, for a directory, everything below it, never following a
-/// symlink. Iterative, so a deep tree costs descriptors (one per level), not stack.
+/// symlink. Iterative, so a deep tree costs descriptors (one per level), not stack. A directory
+/// of the tree without write or search permission is made writable by its owner first (what
+/// this removes is a staging or a replaced tree, all of it the writer's own).
 pub fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<()> {
+    remove_tree_as(dir, name, true)
+}
+
+/// [`remove_tree`] as `rm -r` does it: no permission is changed, so a directory of the tree
+/// its owner may not write (or search) fails the removal with `EACCES`, leaving the rest.
+pub fn remove_tree_plain(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<()> {
+    remove_tree_as(dir, name, false)
+}
+
+fn remove_tree_as(dir: BorrowedFd<'_>, name: &OsStr, make_writable: bool) -> nix::Result<()> {
     match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => return Ok(()),
         // Linux answers EISDIR for a directory (some filesystems EPERM).
         Err(Errno::EISDIR | Errno::EPERM) => {}
         Err(e) => return Err(e),
     }
-    let mut stack = vec![open_level(dir, name)?];
+    let mut stack = vec![open_level(dir, name, make_writable)?];
     loop {
         let Some(top) = stack.last_mut() else {
             return Ok(());
@@ -361,7 +375,7 @@ pub fn remove_tree(dir: BorrowedFd<'_>, name: &OsStr) -> nix::Result<()> {
             Some(child) => match unlinkat(&top.fd, child.as_os_str(), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => {}
                 Err(Errno::EISDIR | Errno::EPERM) => {
-                    let level = open_level(top.fd.as_fd(), &child)?;
+                    let level = open_level(top.fd.as_fd(), &child, make_writable)?;
                     stack.push(level);
                 }
                 Err(e) => return Err(e),

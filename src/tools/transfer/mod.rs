@@ -1,7 +1,9 @@
 //! Byte-exact file transfer: small files as raw bytes (`small`), and files or directory trees of
 //! any size as a stream of entries and data — `receive` writes such a stream to disk, `send`
 //! reads a tree into one. `destination` decides where a write may go (the session's writable
-//! roots and protected names, exactly as apply_patch checks them).
+//! roots and protected names, exactly as apply_patch checks them). `ops` holds the Files
+//! service's other operations (Stat, ListDirectory, MakeDirectory, Remove, Copy), built on the
+//! same pieces.
 //!
 //! Plain Rust, like every tool: the worker feeds it the Files service's messages, and the CLI's
 //! `corral cp` uses the same code for its local side (a download is received exactly like an
@@ -21,6 +23,7 @@
 pub mod destination;
 // Shared with apply_patch: the staging lock and the removal of what a dead writer left.
 pub(crate) mod fsx;
+pub mod ops;
 pub mod receive;
 pub mod send;
 pub mod small;

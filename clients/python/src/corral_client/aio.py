@@ -642,6 +642,37 @@ class AsyncFiles:
         req = write_request(self.session.id, path, data, mode=mode, create_parents=create_parents, overwrite=overwrite)
         return await self.session.client._unary("files", "WriteBytes", req, timeout)
 
+    async def stat(
+        self, path: PathLike, *, follow_symlinks: bool = False, timeout: Optional[float] = None
+    ) -> pb.StatResponse:
+        req = pb.StatRequest(session_id=self.session.id, path=os.fspath(path), follow_symlinks=follow_symlinks)
+        return await self.session.client._unary("files", "Stat", req, timeout)
+
+    async def list_directory(self, path: PathLike, *, timeout: Optional[float] = None) -> list[pb.DirectoryEntry]:
+        req = pb.ListDirectoryRequest(session_id=self.session.id, path=os.fspath(path))
+        return list((await self.session.client._unary("files", "ListDirectory", req, timeout)).entries)
+
+    async def make_directory(self, path: PathLike, *, recursive: bool = False, timeout: Optional[float] = None) -> str:
+        req = pb.MakeDirectoryRequest(session_id=self.session.id, path=os.fspath(path), recursive=recursive)
+        return (await self.session.client._unary("files", "MakeDirectory", req, timeout)).path
+
+    async def remove(
+        self, path: PathLike, *, recursive: bool = False, force: bool = False, timeout: Optional[float] = None
+    ) -> str:
+        req = pb.RemoveRequest(session_id=self.session.id, path=os.fspath(path), recursive=recursive, force=force)
+        return (await self.session.client._unary("files", "Remove", req, timeout)).path
+
+    async def copy(
+        self, source: PathLike, destination: PathLike, *, recursive: bool = False, timeout: Optional[float] = None
+    ) -> str:
+        req = pb.CopyRequest(
+            session_id=self.session.id,
+            source_path=os.fspath(source),
+            destination_path=os.fspath(destination),
+            recursive=recursive,
+        )
+        return (await self.session.client._unary("files", "Copy", req, timeout)).path
+
     async def upload(
         self,
         local_path: PathLike,

@@ -374,6 +374,45 @@ class Files:
         )
         return self.session.client._unary("files", "WriteBytes", req, timeout)
 
+    def stat(
+        self, path: PathLike, *, follow_symlinks: bool = False, timeout: Optional[float] = None
+    ) -> pb.StatResponse:
+        """What is at ``path``: ``StatResponse(path, kind, size, mode, modified_ms, created_ms)``
+        (``kind``: an ``ENTRY_KIND_*``; a final symlink is described itself unless
+        ``follow_symlinks``). A missing path raises ``NotFound``."""
+        req = pb.StatRequest(session_id=self.session.id, path=os.fspath(path), follow_symlinks=follow_symlinks)
+        return self.session.client._unary("files", "Stat", req, timeout)
+
+    def list_directory(self, path: PathLike, *, timeout: Optional[float] = None) -> list[pb.DirectoryEntry]:
+        """The directory's entries (``name``, ``kind``), sorted by name, without ``.``/``..``."""
+        req = pb.ListDirectoryRequest(session_id=self.session.id, path=os.fspath(path))
+        return list(self.session.client._unary("files", "ListDirectory", req, timeout).entries)
+
+    def make_directory(self, path: PathLike, *, recursive: bool = False, timeout: Optional[float] = None) -> str:
+        """Creates a directory (0755); ``recursive``: ``mkdir -p``. Returns its resolved path."""
+        req = pb.MakeDirectoryRequest(session_id=self.session.id, path=os.fspath(path), recursive=recursive)
+        return self.session.client._unary("files", "MakeDirectory", req, timeout).path
+
+    def remove(
+        self, path: PathLike, *, recursive: bool = False, force: bool = False, timeout: Optional[float] = None
+    ) -> str:
+        """``rm [-r] [-f]``: a symlink is removed itself, never followed. Returns the resolved path."""
+        req = pb.RemoveRequest(session_id=self.session.id, path=os.fspath(path), recursive=recursive, force=force)
+        return self.session.client._unary("files", "Remove", req, timeout).path
+
+    def copy(
+        self, source: PathLike, destination: PathLike, *, recursive: bool = False, timeout: Optional[float] = None
+    ) -> str:
+        """Copies within the session to exactly ``destination`` (symlinks as symlinks; a directory
+        needs ``recursive`` and a new destination). Returns the destination's resolved path."""
+        req = pb.CopyRequest(
+            session_id=self.session.id,
+            source_path=os.fspath(source),
+            destination_path=os.fspath(destination),
+            recursive=recursive,
+        )
+        return self.session.client._unary("files", "Copy", req, timeout).path
+
     def upload(
         self,
         local_path: PathLike,
