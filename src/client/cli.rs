@@ -235,6 +235,9 @@ pub enum ClientCommand {
     /// Serve a session's tools to an MCP client on stdin/stdout (register this command as an
     /// MCP server).
     Mcp(super::mcp::McpArgs),
+    /// Serve Codex's exec-server protocol (WebSocket or stdio), so an unmodified Codex started
+    /// with CODEX_EXEC_SERVER_URL runs every tool call in corral's sandbox.
+    ExecServer(super::exec_server::ExecServerArgs),
 }
 
 /// A client command's failure: what went wrong, and the gRPC status code when the daemon
@@ -478,6 +481,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             Ok(if resp.success { 0 } else { 1 })
         }
         ClientCommand::Mcp(args) => Ok(super::mcp::serve(channel, args).await?),
+        ClientCommand::ExecServer(args) => Ok(super::exec_server::serve(channel, args).await?),
     }
 }
 

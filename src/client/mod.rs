@@ -1,11 +1,13 @@
 //! The thin CLI client: `corral read-file`, `list-dir`, `cp`, `exec`, `sessions`, `ps`,
-//! `tools`, `invoke`, `health`, `capabilities`, and the MCP front, `corral mcp`.
+//! `tools`, `invoke`, `health`, `capabilities`, and the fronts: MCP (`corral mcp`) and Codex's
+//! exec-server protocol (`corral exec-server`).
 
 mod approve;
 mod cli;
 mod connect;
 mod cp;
 mod exec;
+mod exec_server;
 mod info;
 mod inventory;
 mod mcp;
