@@ -40,9 +40,10 @@ async fn a_command_cannot_take_more_memory_than_its_worker_limit() {
     let r = d.sh(&id, &grab(768)).await;
     assert_ne!(r.exit_code, 0, "{}", r.output);
     assert!(!r.output.contains("allocated 768"), "{}", r.output);
-    // The worker's cgroup exists under the daemon's, with the policy's limit.
+    // The worker's cgroup exists under the daemon's, in its user's group (H21), with the
+    // policy's limit.
     let (_, limits) = common::host_sh(&format!(
-        "cat {}/corral-workers/*/worker-*/memory.limit_in_bytes",
+        "cat {0}/corral-workers/*/user-*/worker-*/memory.limit_in_bytes",
         cg.0.display()
     ));
     assert!(limits.lines().any(|l| l.trim() == "201326592"), "{limits}");

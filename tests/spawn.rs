@@ -208,9 +208,18 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
     );
     assert_eq!(serving_uid(first), Some(a.uid));
     if let Some(cg) = memory_cgroup(first) {
+        // The spare's cgroup, moved under A's group (H21: a user's workers share a ceiling).
         assert!(
-            spare_cgroups.contains(&cg),
+            spare_cgroups
+                .iter()
+                .any(|s| s.file_name() == cg.file_name()),
             "{} is not a spare's",
+            cg.display()
+        );
+        assert_eq!(
+            cg.parent().and_then(|p| p.file_name()),
+            Some(std::ffi::OsStr::new(&format!("user-{}", a.uid))),
+            "{}",
             cg.display()
         );
         let sandboxed = children_with_arg(first, "__worker");
