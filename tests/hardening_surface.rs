@@ -1601,13 +1601,10 @@ async fn h26_l_h14_no_route_opens_a_root_to_other_users() {
 
 /// H14 with ACLs on a root that is group-writable already (0775, as under a umask of 002 with
 /// user private groups): the mode has no bit left to gain, so a guard that compares mode bits
-/// misses an ACL entry that grants one more user `rwx`. Baseline: on the host the ACL lets
-/// user 65534 write. In the sandbox it must not.
+/// misses an ACL entry that grants one more user `rwx` (found by this test; the guard now
+/// puts back each root's access ACL too). Baseline: on the host the ACL lets user 65534
+/// write. In the sandbox it must not.
 #[tokio::test]
-#[ignore = "H26: an ACL entry (setxattr system.posix_acl_access, u:65534:rwx) on a root that \
-            was 0775 already lets another user write it: the H14 guard (watcher.rs \
-            restore_roots) compares only the mode's group/other write bits with the original \
-            mode, and an ACL's mask is the group bits, already rwx"]
 async fn h26_m_h14_an_acl_cannot_add_a_writer_to_a_group_writable_root() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: judging as another user needs root (CI runs as root)");

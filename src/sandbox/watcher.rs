@@ -208,6 +208,10 @@ struct Inner {
     stopped: Mutex<Option<PathBuf>>,
     /// Each writable root and the permission bits it had when the worker started.
     roots: Vec<(PathBuf, u32)>,
+    /// Each writable root's access ACL (`system.posix_acl_access`) when the worker started:
+    /// an entry added since lets another user in without any mode bit changing (a 0775 root's
+    /// group bits are already the ACL mask's).
+    root_acls: Vec<(PathBuf, Option<Vec<u8>>)>,
     state: Mutex<State>,
     wake: Condvar,
     /// Quarantined trees not yet deleted. Pushed under `state`'s lock by the sweep that renamed
@@ -242,11 +246,16 @@ impl Guard {
                 Some((r.clone(), mode))
             })
             .collect();
+        let root_acls = writable_roots
+            .iter()
+            .map(|r| (r.clone(), access_acl(r)))
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 notify,
                 stopped: Mutex::new(None),
                 roots,
+                root_acls,
                 state: Mutex::new(State {
                     calls: HashMap::new(),
                     dirs: HashMap::new(),
@@ -630,6 +639,9 @@ impl CallGuard {
                 None => std::fs::symlink_metadata(root).ok(),
             }
         });
+        report
+            .roots_restored
+            .extend(restore_root_acls(&self.inner.root_acls));
         // Other calls guarding what this sweep took away hear of it too.
         share(&mut state, &report, Some(self.id));
         if let Some(active) = state.calls.remove(&self.id) {
@@ -717,6 +729,9 @@ fn watch_loop(inner: &Inner) {
                 all.dedup();
                 let mut found = sweep(inner.notify.attributed(), &mut state, &all, &mut trash);
                 found.roots_restored = restore_roots(&inner.roots);
+                found
+                    .roots_restored
+                    .extend(restore_root_acls(&inner.root_acls));
                 share(&mut state, &found, None);
             }
             lock(&inner.trash).append(&mut trash);
@@ -960,6 +975,62 @@ fn with_writable_parent(path: &Path, remove: impl Fn() -> io::Result<()>) {
 /// H14: clears group/other write bits a root gained since the worker started.
 fn restore_roots(roots: &[(PathBuf, u32)]) -> Vec<(PathBuf, u32)> {
     restore_roots_with(roots, |root| std::fs::symlink_metadata(root).ok())
+}
+
+/// The access ACL xattr a root's ACL entries live in.
+const ACCESS_ACL: &std::ffi::CStr = c"system.posix_acl_access";
+
+/// `root`'s access ACL, `None` when it has none (or it cannot be read: then it is not
+/// restored either).
+fn access_acl(root: &Path) -> Option<Vec<u8>> {
+    let c = std::ffi::CString::new(root.as_os_str().as_bytes()).ok()?;
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a valid path and attribute name; the buffer's length is passed with it.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            ACCESS_ACL.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
+}
+
+/// H14 for ACLs: puts back each root's access ACL as the worker found it (removes one the
+/// root did not have). Reports the roots whose ACL changed, with their mode now.
+fn restore_root_acls(roots: &[(PathBuf, Option<Vec<u8>>)]) -> Vec<(PathBuf, u32)> {
+    let mut restored = Vec::new();
+    for (root, original) in roots {
+        let now = access_acl(root);
+        if now == *original {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(root.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: a valid path and attribute name; the value is a byte slice with its length.
+        let ok = unsafe {
+            match original {
+                Some(v) => libc::lsetxattr(
+                    c.as_ptr(),
+                    ACCESS_ACL.as_ptr(),
+                    v.as_ptr().cast(),
+                    v.len(),
+                    0,
+                ),
+                None => libc::lremovexattr(c.as_ptr(), ACCESS_ACL.as_ptr()),
+            }
+        } == 0;
+        if ok && let Ok(m) = std::fs::symlink_metadata(root) {
+            restored.push((root.clone(), m.mode() & 0o7777));
+        }
+    }
+    restored
 }
 
 /// [`restore_roots`] with each root's current metadata from `stat` (a finishing call has most
