@@ -1580,3 +1580,48 @@ async fn h28_a_linked_worktrees_git_pointer_cannot_be_redirected() {
         .await;
     assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
 }
+
+/// `.aws` at a root's top is protected as Codex 0.171 (the pinned release) protects it, with
+/// `.git`, `.codex` and `.agents`: an existing one is read-only (an AWS config there can name a
+/// `credential_process` the host's AWS tools run), a missing one cannot be made. Baseline: the
+/// host writes both.
+#[tokio::test]
+async fn dot_aws_at_a_roots_top_is_protected_as_codex_protects_it() {
+    let d = Daemon::start(&[]).await;
+    let base = outside();
+    let root = base.path().join("proj");
+    std::fs::create_dir_all(root.join(".aws")).unwrap();
+    std::fs::write(root.join(".aws/config"), "[default]\n").unwrap();
+    let plant = "printf '[default]\\ncredential_process = /tmp/evil\\n' > .aws/config";
+    // Baseline on a copy: the host may write it.
+    let copy = base.path().join("copy");
+    std::fs::create_dir_all(copy.join(".aws")).unwrap();
+    let (code, out) = host_sh(&format!("cd '{}' && {plant}", copy.display()));
+    assert_eq!(code, 0, "{out}");
+    let id = ww(&d, &root, &[], false).await.unwrap();
+    let r = d.sh(&id, plant).await;
+    assert_ne!(r.exit_code, 0, "{}", r.output);
+    assert!(r.output.contains("Read-only file system"), "{}", r.output);
+    assert_eq!(
+        std::fs::read_to_string(root.join(".aws/config")).unwrap(),
+        "[default]\n"
+    );
+    // A missing one cannot be made either.
+    let fresh = base.path().join("fresh");
+    std::fs::create_dir_all(&fresh).unwrap();
+    let id = ww(&d, &fresh, &[], false).await.unwrap();
+    let r = d.try_sh(&id, "mkdir .aws && echo made").await;
+    assert!(
+        r.as_ref()
+            .map_or(true, |r| r.exit_code != 0 || !r.output.contains("made")),
+        "{r:?}"
+    );
+    assert!(
+        !fresh.join(".aws").exists(),
+        "the sandbox made .aws on the host"
+    );
+    // The allowed path: the rest of the root stays writable.
+    let id = ww(&d, &root, &[], false).await.unwrap();
+    let r = d.sh(&id, "echo ok > notes && cat notes").await;
+    assert_eq!((r.exit_code, r.output.as_str()), (0, "ok\n"));
+}

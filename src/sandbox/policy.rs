@@ -94,7 +94,7 @@ pub struct SandboxPolicy {
     pub writable_roots: Vec<PathBuf>,
     /// Existing protected paths inside writable roots, made read-only (spec/sandbox.md §2.3).
     pub protected_paths: Vec<PathBuf>,
-    /// Names whose creation directly inside a writable root is blocked (`.git`, `.codex`, `.agents`)
+    /// Names whose creation directly inside a writable root is blocked (`.git`, `.codex`, `.agents`, `.aws`)
     /// because they did not exist when the session opened.
     pub protected_missing: Vec<PathBuf>,
     /// Whether the network is on. Always true in danger-full-access.

@@ -224,7 +224,7 @@ mod tests {
                 WritableSource::TmpdirEnv
             ]
         );
-        assert_eq!(ww.protected_names, [".git", ".codex", ".agents"]);
+        assert_eq!(ww.protected_names, [".git", ".codex", ".agents", ".aws"]);
         assert!(set.for_mode(Mode::ReadOnly).writable.is_empty());
         assert_eq!(
             set.for_mode(Mode::DangerFullAccess).mode,

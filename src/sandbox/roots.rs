@@ -13,8 +13,11 @@ use std::fmt;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-/// The names protected at the top of every writable root (spec/sandbox.md §9).
-pub const PROTECTED_NAMES: [&str; 3] = [".git", ".codex", ".agents"];
+/// The names protected at the top of every writable root (spec/sandbox.md §9), as Codex
+/// 0.171 (the pinned release) protects them: its sandbox keeps `.git`, `.agents`, `.codex`
+/// and `.aws` read-only at every project root (the last, since AWS tools run what a config
+/// there names, e.g. `credential_process`).
+pub const PROTECTED_NAMES: [&str; 4] = [".git", ".codex", ".agents", ".aws"];
 
 const NOT_A_DIRECTORY: &str = "not a directory";
 
@@ -946,7 +949,7 @@ mod tests {
         // No `HEAD` at the top: git could be made to see the root as a git dir (H2).
         assert_eq!(
             policy.protected_missing,
-            vec![cwd.join(".agents"), cwd.join("HEAD")]
+            vec![cwd.join(".agents"), cwd.join(".aws"), cwd.join("HEAD")]
         );
     }
 
@@ -1005,7 +1008,12 @@ mod tests {
         assert!(policy.protected_paths.is_empty());
         assert_eq!(
             policy.protected_missing,
-            vec![cwd.join(".git"), cwd.join(".agents"), cwd.join("HEAD")]
+            vec![
+                cwd.join(".git"),
+                cwd.join(".agents"),
+                cwd.join(".aws"),
+                cwd.join("HEAD")
+            ]
         );
         // ...unless a later hop leads back into a root.
         let other = s.dir("other");

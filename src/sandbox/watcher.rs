@@ -2,7 +2,7 @@
 //!
 //! A read-only mount cannot be placed on a name that does not exist, and a placeholder created on
 //! the host would be visible to host tools. So while a call runs, the worker guards each guarded
-//! path (`.git`, `.codex`, `.agents`, `HEAD` at a root's top, a `.git` file's missing gitdir)
+//! path (`.git`, `.codex`, `.agents`, `.aws`, `HEAD` at a root's top, a `.git` file's missing gitdir)
 //! that was absent when the call started, and takes away any that appears — at once, on the
 //! creation event, and again in a rescan every 200 ms and when the call ends (which reads the
 //! events still queued, and rescans every guarded path when an event may have been missed).

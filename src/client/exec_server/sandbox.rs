@@ -9,9 +9,9 @@
 //! - `managed` + `restricted` with `{special root} read`: read-only; plus `{special
 //!   project_roots} write` (or explicit `{path} write` entries): workspace-write, the workspace
 //!   roots (and those paths) writable; `slash_tmp` / `tmpdir` write: `/tmp` / `$TMPDIR` too.
-//! - `project_roots` subpaths `.git`, `.codex`, `.agents` read-only: corral protects those
-//!   itself. Any other read-only subpath (Codex 0.171 adds `.aws`) is refused while it exists
-//!   in a root (corral cannot keep it read-only); a missing one is accepted.
+//! - `project_roots` subpaths `.git`, `.codex`, `.agents`, `.aws` read-only: corral protects
+//!   those itself. Any other read-only subpath is refused while it exists in a root (corral
+//!   cannot keep it read-only); a missing one is accepted.
 //! - `network = "enabled"`: the network on; anything else off.
 
 use super::rpc::RpcError;
@@ -21,7 +21,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// Names corral keeps read-only at every writable root's top by itself.
-const PROTECTED_BY_CORRAL: [&str; 3] = [".git", ".codex", ".agents"];
+const PROTECTED_BY_CORRAL: [&str; 4] = [".git", ".codex", ".agents", ".aws"];
 
 /// The corral session a call needs (the front keeps one per distinct value).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -151,7 +151,8 @@ fn requested(sandbox: &Value, call_cwd: &Path) -> Result<SessionSpec, RpcError> 
         let unsupported = || {
             RpcError::invalid_params(format!(
                 "corral cannot enforce the sandbox entry {entry}: it grants whole-disk reads, \
-                 writes to whole directories, and keeps .git, .codex and .agents read-only"
+                 writes to whole directories, and keeps .git, .codex, .agents and .aws \
+                 read-only"
             ))
         };
         match (path.get("type").and_then(Value::as_str), access) {
@@ -172,7 +173,7 @@ fn requested(sandbox: &Value, call_cwd: &Path) -> Result<SessionSpec, RpcError> 
                         {
                             return Err(RpcError::invalid_params(format!(
                                 "Codex asked for {} to stay read-only; corral keeps only .git, \
-                                 .codex and .agents read-only by itself, so it cannot enforce \
+                                 .codex, .agents and .aws read-only by itself, so it cannot enforce \
                                  this while that path exists",
                                 root.join(sub).display()
                             )));
@@ -304,19 +305,19 @@ mod tests {
     #[test]
     fn a_read_only_subpath_corral_does_not_protect_is_refused_while_it_exists() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join(".aws")).unwrap();
+        std::fs::create_dir(dir.path().join(".ssh")).unwrap();
         let root = uri::from_path(dir.path());
         let mut s = managed(
             vec![
                 entry("root", None, "read"),
                 entry("project_roots", None, "write"),
-                entry("project_roots", Some(".aws"), "read"),
+                entry("project_roots", Some(".ssh"), "read"),
             ],
             "restricted",
         );
         s["cwd"] = json!(root);
         s["workspaceRoots"] = json!([root]);
         let e = session_for(&s, Path::new("/x"), Mode::WorkspaceWrite).unwrap_err();
-        assert!(e.message.contains(".aws"), "{}", e.message);
+        assert!(e.message.contains(".ssh"), "{}", e.message);
     }
 }

@@ -57,7 +57,7 @@ pub struct PatchContext {
     pub writable_roots: Vec<PathBuf>,
     /// A read-only session rejects every patch.
     pub read_only: bool,
-    /// Names protected at the top of each writable root (`.git`, `.codex`, `.agents`).
+    /// Names protected at the top of each writable root (`.git`, `.codex`, `.agents`, `.aws`).
     pub protected_names: Vec<String>,
     /// Extra read-only paths (e.g. a worktree's gitdir).
     pub protected_paths: Vec<PathBuf>,
