@@ -596,6 +596,31 @@ async fn the_protocol_and_its_refusals() {
         .collect();
     assert!(text.starts_with("hi"), "{r}");
     assert_eq!(r["result"]["exited"], true);
+    // A failure the sandbox caused is flagged sandboxDenied (Codex then offers its retry); an
+    // ordinary failure is not.
+    let forbidden_dir = outside();
+    let denied_cmd = format!("echo x > {}/f", forbidden_dir.path().display());
+    c.call(
+        "process/start",
+        start("den", json!(["/bin/sh", "-c", denied_cmd]), json!({})),
+    )
+    .await;
+    let exited = c.notification("process/exited", "den").await;
+    assert_eq!(exited["params"]["sandboxDenied"], true, "{exited}");
+    assert!(!forbidden_dir.path().join("f").exists());
+    c.call(
+        "process/start",
+        start("fail", json!(["/bin/sh", "-c", "exit 3"]), json!({})),
+    )
+    .await;
+    let exited = c.notification("process/exited", "fail").await;
+    assert_eq!(
+        (
+            exited["params"]["exitCode"].clone(),
+            exited["params"]["sandboxDenied"].clone()
+        ),
+        (json!(3), json!(false))
+    );
     // No stdin without pipeStdin; unknown and duplicate processes.
     let r = c
         .call(
@@ -908,4 +933,57 @@ async fn stdio_serves_the_same_protocol() {
         status.is_ok_and(|s| s.is_ok_and(|s| s.success())),
         "the front ends with stdin"
     );
+}
+
+/// The front serves the user who started it: run as another local user, Codex's commands run
+/// as that user (and write files it owns), in that user's sandbox.
+#[tokio::test]
+async fn a_front_started_by_another_user_runs_as_that_user() {
+    let user = common::TestUser::create("esu");
+    let d = Daemon::start(&[]).await;
+    let socket = d.open_to_local_users();
+    let ws = user.dir.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::os::unix::fs::chown(&ws, Some(user.uid), Some(user.gid)).unwrap();
+    let mut child = tokio::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            &user.name,
+            "--regid",
+            &user.name,
+            "--init-groups",
+            "--",
+        ])
+        .arg(common::CORRAL)
+        .args(["--socket", &socket, "exec-server"])
+        .current_dir(&ws)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let mut c = Rpc::connect(&url).await;
+    c.initialize(None).await;
+    let cwd = url::Url::from_file_path(&ws).unwrap().to_string();
+    let r = c
+        .call(
+            "process/start",
+            json!({"processId": "who", "argv": ["/bin/sh", "-c", "id -u > mine; id -u"],
+                "cwd": cwd, "env": {}, "tty": false, "sandbox": managed_workspace_write(&ws)}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let out = c.notification("process/output", "who").await;
+    assert_eq!(
+        out["params"]["chunk"],
+        b64(format!("{}\n", user.uid).as_bytes()),
+        "{out}"
+    );
+    let meta = std::fs::metadata(ws.join("mine")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), user.uid);
 }

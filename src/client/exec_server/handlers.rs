@@ -319,13 +319,15 @@ async fn start(front: &Front, s: &Arc<ExecSession>, params: Value) -> Result<Val
         ));
     }
     let stdin = tty || pipe_stdin;
-    let p = Arc::new(Process::new(
+    let mut p = Process::new(
         id.clone(),
         corral_session.clone(),
         started.process_id,
         tty,
         stdin,
-    ));
+    );
+    p.sandboxed = spec.mode != Mode::DangerFullAccess;
+    let p = Arc::new(p);
     if !stdin {
         // Codex's semantics: without pipeStdin a pipe process has no stdin (EOF at once).
         let _ = client

@@ -44,6 +44,8 @@ pub type Outbox = std::sync::Arc<Mutex<Option<mpsc::Sender<Value>>>>;
 
 pub struct Process {
     pub id: String,
+    /// Runs in a sandboxed corral session (its failures may be the sandbox's doing).
+    pub sandboxed: bool,
     pub corral_session: String,
     pub corral_id: i32,
     pub tty: bool,
@@ -60,6 +62,7 @@ impl Process {
     pub fn new(id: String, corral_session: String, corral_id: i32, tty: bool, stdin: bool) -> Self {
         Self {
             id,
+            sandboxed: true,
             corral_session,
             corral_id,
             tty,
@@ -143,10 +146,11 @@ impl Process {
             if !exit_told && let Some(code) = state.exit_code {
                 exit_told = true;
                 let seq = self.end(|o| o.exit_code = Some(code));
+                let denied = self.sandbox_denied();
                 self.notify(
                     &outbox,
                     "process/exited",
-                    json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": false}),
+                    json!({"processId": self.id, "seq": seq, "exitCode": code, "sandboxDenied": denied}),
                 )
                 .await;
             }
@@ -252,7 +256,7 @@ impl Process {
                         "exitCode": o.exit_code,
                         "closed": o.closed,
                         "failure": o.failure,
-                        "sandboxDenied": false,
+                        "sandboxDenied": o.exit_code.is_some() && self.denied_in(&o),
                     });
                 }
             }
@@ -263,6 +267,37 @@ impl Process {
                 continue;
             }
         }
+    }
+
+    /// Whether the process failed the way a sandbox denial looks, so Codex offers its retry
+    /// outside the sandbox (its own server decides the same way, from the exit code and the
+    /// output's words).
+    fn sandbox_denied(&self) -> bool {
+        let o = self.output();
+        self.denied_in(&o)
+    }
+
+    fn denied_in(&self, o: &Output) -> bool {
+        const SIGNS: [&str; 5] = [
+            "read-only file system",
+            "operation not permitted",
+            "permission denied",
+            "bad system call",
+            "sandbox",
+        ];
+        if !self.sandboxed || o.exit_code.is_none_or(|c| c == 0) {
+            return false;
+        }
+        // The tail of what it printed is where the failure is said.
+        let mut tail: Vec<u8> = Vec::new();
+        for c in o.chunks.iter().rev() {
+            tail.splice(0..0, c.data.iter().copied());
+            if tail.len() > 64 * 1024 {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&tail).to_lowercase();
+        SIGNS.iter().any(|s| text.contains(s))
     }
 
     /// Marks stdin closed (a write then answers `stdinClosed`).
