@@ -239,8 +239,12 @@ fn codex_home(model: &MockModel) -> tempfile::TempDir {
     home
 }
 
-async fn codex_exec(home: &Path, url: &str, cwd: &Path, sandbox: &str) -> (i32, String) {
-    let out = tokio::process::Command::new(codex())
+async fn codex_exec(home: &Path, url: Option<&str>, cwd: &Path, sandbox: &str) -> (i32, String) {
+    let mut cmd = tokio::process::Command::new(codex());
+    if let Some(url) = url {
+        cmd.env("CODEX_EXEC_SERVER_URL", url);
+    }
+    let out = cmd
         .args([
             "exec",
             "--skip-git-repo-check",
@@ -249,7 +253,6 @@ async fn codex_exec(home: &Path, url: &str, cwd: &Path, sandbox: &str) -> (i32, 
             "run the scripted turn",
         ])
         .env("CODEX_HOME", home)
-        .env("CODEX_EXEC_SERVER_URL", url)
         .current_dir(cwd)
         .stdin(Stdio::null())
         .output();
@@ -277,6 +280,22 @@ const PIXEL: &str =
 /// the rest is on the host, and the audit log has each call.
 #[tokio::test]
 async fn codex_exec_runs_its_tools_in_corral() {
+    scripted_turn(Transport::WebSocket).await;
+}
+
+/// The same turn with the front as Codex's stdio environment (`environments.toml`, `program =
+/// "corral"`), as Codex reaches an executor over ssh.
+#[tokio::test]
+async fn codex_exec_runs_its_tools_in_corral_over_stdio() {
+    scripted_turn(Transport::Stdio).await;
+}
+
+enum Transport {
+    WebSocket,
+    Stdio,
+}
+
+async fn scripted_turn(transport: Transport) {
     // Fail early, before a daemon starts, when the pinned Codex is missing.
     codex();
     let logs = outside();
@@ -339,8 +358,28 @@ async fn codex_exec_runs_its_tools_in_corral() {
     ];
     let model = MockModel::start(turns).await;
     let home = codex_home(&model);
-    let front = Front::start(&d, &ws_path, &[]).await;
-    let (code, out) = codex_exec(home.path(), &front.url, &ws_path, "workspace-write").await;
+    let (code, out) = match transport {
+        Transport::WebSocket => {
+            let front = Front::start(&d, &ws_path, &[]).await;
+            codex_exec(home.path(), Some(&front.url), &ws_path, "workspace-write").await
+        }
+        Transport::Stdio => {
+            let toml_str = |s: &str| serde_json::to_string(s).unwrap();
+            std::fs::write(
+                home.path().join("environments.toml"),
+                format!(
+                    "default = \"corral\"\ninclude_local = false\n\n[[environments]]\nid = \
+                     \"corral\"\nprogram = {}\nargs = [\"--socket\", {}, \"exec-server\", \
+                     \"--listen\", \"stdio\"]\ncwd = {}\n",
+                    toml_str(common::CORRAL),
+                    toml_str(&format!("unix:{}", d.socket.display())),
+                    toml_str(&ws_path.to_string_lossy()),
+                ),
+            )
+            .unwrap();
+            codex_exec(home.path(), None, &ws_path, "workspace-write").await
+        }
+    };
     assert_eq!(code, 0, "{out}");
     let requests = model.requests();
     assert_eq!(requests.len(), 6, "{out}");
@@ -393,7 +432,6 @@ async fn codex_exec_runs_its_tools_in_corral() {
     let log = std::fs::read_to_string(&audit).unwrap();
     assert!(log.contains("made-by-codex > inside.txt"), "{log}");
     assert!(log.contains("patched.txt"), "{log}");
-    drop(front);
 }
 
 /// A JSON-RPC client of the front over WebSocket, as Codex speaks it.
