@@ -150,3 +150,34 @@ async fn patches_obey_the_sandbox() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
 }
+
+/// Codex drift (0.171): a patch may open with `*** Environment ID: <id>` (its grammar allows it
+/// when a turn has several environments). A session is one environment: the patch applies; an
+/// empty id is refused and nothing is written.
+#[tokio::test]
+async fn an_environment_id_preamble_is_accepted() {
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::WorkspaceWrite).await;
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            r#"{"input":"*** Begin Patch\n*** Environment ID: remote\n*** Add File: env.txt\n+x\n*** End Patch"}"#,
+        )
+        .await;
+    assert!(ok, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("env.txt")).unwrap(),
+        "x\n"
+    );
+    let (out, ok) = d
+        .invoke(
+            &id,
+            "apply_patch",
+            r#"{"input":"*** Begin Patch\n*** Environment ID:\n*** Add File: empty.txt\n+x\n*** End Patch"}"#,
+        )
+        .await;
+    assert!(!ok && out.contains("Environment ID"), "{out}");
+    assert!(!cwd.path().join("empty.txt").exists());
+}

@@ -8,6 +8,7 @@
 use std::fmt;
 
 const BEGIN_PATCH: &str = "*** Begin Patch";
+const ENVIRONMENT_ID: &str = "*** Environment ID:";
 const END_PATCH: &str = "*** End Patch";
 const ADD_FILE: &str = "*** Add File: ";
 const DELETE_FILE: &str = "*** Delete File: ";
@@ -115,8 +116,9 @@ pub fn parse_patch(input: &str) -> Result<Patch, ParseError> {
         Err(strict_error) => heredoc_body(&lines).ok_or(strict_error)??,
     };
     let mut hunks = Vec::new();
-    let mut remaining = body;
-    let mut line_number = 2;
+    let (remaining, line_number) = skip_environment_id(body)?;
+    let mut remaining = remaining;
+    let mut line_number = line_number;
     while !remaining.is_empty() {
         let (hunk, used) = parse_hunk(remaining, line_number)?;
         hunks.push(hunk);
@@ -142,6 +144,29 @@ fn check_markers(lines: &[&str]) -> Result<(), ParseError> {
     Err(ParseError::InvalidPatch(
         "The last line of the patch must be '*** End Patch'".to_string(),
     ))
+}
+
+/// The optional preamble Codex's grammar allows when a turn has several environments
+/// (`*** Environment ID: <id>` right after `*** Begin Patch`, before any hunk). A session is one
+/// environment, so the id selects nothing here; an empty or repeated one is refused as Codex's
+/// parser refuses it. Returns the body after it and the patch line number it starts on.
+fn skip_environment_id<'a, 'b>(body: &'a [&'b str]) -> Result<(&'a [&'b str], usize), ParseError> {
+    fn id_of(line: &str) -> Option<&str> {
+        line.trim().strip_prefix(ENVIRONMENT_ID).map(str::trim)
+    }
+    let Some(id) = body.first().and_then(|l| id_of(l)) else {
+        return Ok((body, 2));
+    };
+    if id.is_empty() {
+        return Err(hunk_error("Environment ID must not be empty".into(), 2));
+    }
+    if body.get(1).and_then(|l| id_of(l)).is_some() {
+        return Err(hunk_error(
+            "Environment ID must not be given more than once".into(),
+            3,
+        ));
+    }
+    Ok((&body[1..], 3))
 }
 
 /// The heredoc leniency: `None` when the input is not heredoc-shaped (the strict error stands),
@@ -313,6 +338,28 @@ fn parse_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_environment_id_preamble_is_accepted_once_and_only_first() {
+        let p = parse_patch(
+            "*** Begin Patch\n*** Environment ID: remote\n*** Add File: a\n+x\n*** End Patch",
+        )
+        .unwrap();
+        assert_eq!(p.hunks.len(), 1);
+        let empty = parse_patch(
+            "*** Begin Patch\n*** Environment ID:  \n*** Add File: a\n+x\n*** End Patch",
+        );
+        assert!(empty.is_err());
+        let twice = parse_patch(
+            "*** Begin Patch\n*** Environment ID: a\n*** Environment ID: b\n*** Add File: a\n+x\n*** End Patch",
+        );
+        assert!(twice.is_err());
+        // After a hunk it is no preamble: not a hunk header either.
+        let late = parse_patch(
+            "*** Begin Patch\n*** Add File: a\n+x\n*** Environment ID: r\n*** End Patch",
+        );
+        assert!(late.is_err());
+    }
 
     fn wrap(body: &str) -> String {
         format!("*** Begin Patch\n{body}\n*** End Patch")
