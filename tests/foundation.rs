@@ -693,3 +693,164 @@ async fn a_closed_stdout_ends_a_cli_command_quietly() {
         out.status
     );
 }
+
+/// Every INVALID_ARGUMENT carries a google.rpc.BadRequest naming the request field: a tool's
+/// own refusal (ReadFile's `offset 0`), one the worker names by the call's main input, and
+/// the daemon's own (a profile that does not exist).
+#[tokio::test]
+async fn invalid_arguments_name_their_field_in_a_bad_request() {
+    use tonic_types::StatusExt;
+    let d = Daemon::start(&[]).await;
+    let dir = scratch();
+    std::fs::write(dir.path().join("f.txt"), "alpha\n").unwrap();
+    let id = d.open(dir.path(), SandboxMode::WorkspaceWrite).await;
+    let mut tools = d.tools().await;
+    let field = |s: tonic::Status| {
+        assert_eq!(s.code(), Code::InvalidArgument, "{s:?}");
+        let bad = s
+            .get_details_bad_request()
+            .unwrap_or_else(|| panic!("{s:?}"));
+        assert_eq!(bad.field_violations.len(), 1);
+        bad.field_violations[0].field.clone()
+    };
+    let read = |offset, limit| api::ReadFileRequest {
+        session_id: id.clone(),
+        file_path: "f.txt".into(),
+        offset,
+        limit,
+        ..Default::default()
+    };
+    let err = tools.read_file(read(Some(0), None)).await.unwrap_err();
+    // The message is unchanged; the detail is beside it.
+    assert!(
+        err.message()
+            .ends_with("f.txt: offset must be a 1-indexed line number"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(field(err), "offset");
+    let err = tools.read_file(read(Some(9), None)).await.unwrap_err();
+    assert_eq!(field(err), "offset");
+    let err = tools.read_file(read(None, Some(0))).await.unwrap_err();
+    assert_eq!(field(err), "limit");
+    let err = tools
+        .list_dir(api::ListDirRequest {
+            session_id: id.clone(),
+            dir_path: ".".into(),
+            depth: Some(0),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(err), "depth");
+    let err = tools
+        .grep_files(api::GrepFilesRequest {
+            session_id: id.clone(),
+            pattern: "(".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(err), "pattern");
+    let err = tools
+        .apply_patch(api::ApplyPatchRequest {
+            session_id: id.clone(),
+            patch: "not a patch".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(err), "patch");
+    let err = d
+        .sessions()
+        .await
+        .open_session(api::OpenSessionRequest {
+            cwd: dir.path().display().to_string(),
+            mode: SandboxMode::ReadOnly as i32,
+            profile: "no-such-profile".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(field(err), "profile");
+}
+
+/// JSON null is "absent" for every optional argument of every tool through Invoke, and a
+/// required one sent as null fails with Codex's own text.
+#[tokio::test]
+async fn invoke_takes_null_for_every_optional_argument() {
+    let d = Daemon::start(&[]).await;
+    let dir = scratch();
+    std::fs::write(dir.path().join("f.txt"), "alpha\nbeta\n").unwrap();
+    let png = dir.path().join("i.png");
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    image::RgbaImage::new(1, 1)
+        .write_to(&mut bytes, image::ImageFormat::Png)
+        .unwrap();
+    std::fs::write(&png, bytes.get_ref()).unwrap();
+    let id = d.open(dir.path(), SandboxMode::ReadOnly).await;
+    let calls = [
+        (
+            "read_file",
+            r#"{"file_path":"f.txt","offset":null,"limit":null,"mode":null,"indentation":null}"#,
+        ),
+        (
+            "read_file",
+            r#"{"file_path":"f.txt","mode":"indentation","indentation":{"anchor_line":null,"max_levels":null,"include_siblings":null,"include_header":null,"max_lines":null}}"#,
+        ),
+        (
+            "list_dir",
+            r#"{"dir_path":".","offset":null,"limit":null,"depth":null}"#,
+        ),
+        (
+            "grep_files",
+            r#"{"pattern":"alpha","include":null,"path":null,"limit":null}"#,
+        ),
+        (
+            "update_plan",
+            r#"{"explanation":null,"plan":[{"step":"a","status":"pending"}]}"#,
+        ),
+        ("view_image", r#"{"path":"i.png","detail":null}"#),
+        (
+            "exec_command",
+            r#"{"cmd":"echo hi","workdir":null,"shell":null,"login":null,"tty":null,"yield_time_ms":null,"max_output_tokens":null,"sandbox_permissions":null,"with_escalated_permissions":null,"justification":null,"prefix_rule":null}"#,
+        ),
+    ];
+    for (name, args) in calls {
+        let (text, ok) = d.invoke(&id, name, args).await;
+        assert!(ok, "{name} {args}: {text}");
+    }
+    let (text, ok) = d
+        .invoke(
+            &id,
+            "exec_command",
+            r#"{"cmd":"sleep 2","tty":null,"yield_time_ms":250}"#,
+        )
+        .await;
+    assert!(ok, "{text}");
+    let pid: i32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Process running with session ID "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    let (text, ok) = d
+        .invoke(
+            &id,
+            "write_stdin",
+            &format!(
+                r#"{{"session_id":{pid},"chars":null,"yield_time_ms":null,"max_output_tokens":null}}"#
+            ),
+        )
+        .await;
+    assert!(ok, "{text}");
+    // A required argument sent as null: Codex's error, its column that of the text as sent.
+    assert_eq!(
+        d.invoke(&id, "exec_command", r#"{"cmd":null,"tty":null}"#)
+            .await,
+        (
+            "failed to parse function arguments: invalid type: null, expected a string at line 1 column 11"
+                .to_string(),
+            false
+        )
+    );
+}

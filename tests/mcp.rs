@@ -213,6 +213,26 @@ async fn lists_and_calls_the_session_tools() {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
         assert!(!tool["description"].as_str().unwrap().is_empty(), "{tool}");
     }
+    // Annotations: the tools that change nothing say so (Codex runs them without approval).
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap();
+        let read_only = matches!(
+            name,
+            "read_file" | "list_dir" | "grep_files" | "view_image" | "update_plan"
+        );
+        assert_eq!(
+            tool["annotations"]["readOnlyHint"],
+            json!(read_only),
+            "{tool}"
+        );
+        if !read_only {
+            assert_eq!(
+                tool["annotations"]["destructiveHint"],
+                json!(true),
+                "{tool}"
+            );
+        }
+    }
     // apply_patch, freeform in a default session, is listed (and called) as its JSON form.
     let patch = tools.iter().find(|t| t["name"] == "apply_patch").unwrap();
     assert_eq!(patch["inputSchema"]["required"], json!(["input"]));
@@ -259,6 +279,42 @@ async fn lists_and_calls_the_session_tools() {
         .await;
     assert!(!is_error, "{text}");
     assert!(text.contains("got:abc"), "{text}");
+
+    // JSON null is "absent" for every optional argument (strict-schema clients send it).
+    let (text, is_error) = mcp
+        .call(
+            "exec_command",
+            json!({"cmd": "echo null-is-absent", "tty": null, "yield_time_ms": null,
+                "workdir": null, "shell": null, "login": null, "max_output_tokens": null,
+                "sandbox_permissions": null, "justification": null, "prefix_rule": null}),
+        )
+        .await;
+    assert!(!is_error && text.contains("null-is-absent"), "{text}");
+    let (text, is_error) = mcp
+        .call(
+            "exec_command",
+            json!({"cmd": "sleep 2", "tty": null, "yield_time_ms": 300}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    let id = process_id_of(&text);
+    let (text, is_error) = mcp
+        .call(
+            "write_stdin",
+            json!({"session_id": id, "chars": null, "yield_time_ms": null,
+                "max_output_tokens": null}),
+        )
+        .await;
+    assert!(!is_error, "{text}");
+    assert!(text.contains("Process exited with code 0"), "{text}");
+    let (text, is_error) = mcp
+        .call(
+            "read_file",
+            json!({"file_path": "hello.txt", "offset": null, "limit": null, "mode": null,
+                "indentation": null}),
+        )
+        .await;
+    assert!(!is_error && text.contains("hello from the host"), "{text}");
 
     // apply_patch through its JSON form writes in a workspace-write session.
     let (text, is_error) = mcp
@@ -520,4 +576,193 @@ async fn a_cancelled_call_kills_its_command() {
     let first: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(first["id"], json!(next), "{first}");
     assert!(mcp.finish().await.success());
+}
+
+/// Starts `corral ARGS...` as an MCP or exec-server client would, sends `initialize`, and
+/// returns the exit status, stderr, and the one answer it got (`Value::Null` if none).
+async fn refused_start(args: &[&str], jsonrpc: bool) -> (Option<i32>, String, Value) {
+    let mut child = Command::new(common::CORRAL)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut request = json!({"id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "corral-tests", "version": "1"}}});
+    if jsonrpc {
+        request["jsonrpc"] = json!("2.0");
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    // A notification first: skipped, not answered.
+    stdin
+        .write_all(format!("{}\n{request}\n", json!({"method": "noise"})).as_bytes())
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(ANSWER, child.wait_with_output())
+        .await
+        .expect("the front exits after answering initialize")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = stdout.lines();
+    let answer = lines
+        .next()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .unwrap_or(Value::Null);
+    assert_eq!(lines.next(), None, "one answer only: {stdout}");
+    drop(stdin);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        answer,
+    )
+}
+
+/// A front that cannot start says why on stderr and in its answer to `initialize` (MCP
+/// clients and Codex show no stderr), then exits 2: no daemon, a refused session, and the
+/// exec-server's stdio form (whose dialect has no `jsonrpc` member).
+#[tokio::test]
+async fn a_front_that_cannot_start_answers_initialize_with_the_reason() {
+    let nowhere = common::outside();
+    let socket = nowhere.path().join("nope.sock");
+    let socket = socket.to_str().unwrap();
+    for (args, jsonrpc) in [
+        (vec!["--socket", socket, "mcp"], true),
+        (
+            vec!["--socket", socket, "exec-server", "--listen", "stdio"],
+            false,
+        ),
+    ] {
+        let (code, stderr, answer) = refused_start(&args, jsonrpc).await;
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot connect to"), "{stderr}");
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("cannot start: cannot connect to") && message.contains(socket),
+            "{message}"
+        );
+        assert_eq!(answer.get("jsonrpc").is_some(), jsonrpc, "{answer}");
+    }
+
+    let d = Daemon::start(&[]).await;
+    let (code, stderr, answer) =
+        refused_start(&["--socket", d.target(), "mcp", "--session", "nope"], true).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("corral mcp cannot start: session nope: NotFound: "),
+        "{message}"
+    );
+    assert!(stderr.contains("session nope: NotFound"), "{stderr}");
+}
+
+/// `--mode workspace-write` against a daemon whose socket lies under /tmp: the refusal names
+/// the socket's directory and the flag that fixes it (on stderr and in the answer to
+/// `initialize`), the flag works, and the gRPC refusal names the field in a BadRequest. The
+/// same for a `$TMPDIR` root and `--exclude-tmpdir-env-var`.
+#[tokio::test]
+async fn workspace_write_with_the_socket_under_tmp_names_the_flag_that_fixes_it() {
+    let state = tempfile::tempdir_in("/tmp").unwrap();
+    let socket = state.path().join("corral.sock");
+    let d = Daemon::start_at(&socket, &[], &[], Stdio::null()).await;
+    let cwd = common::outside();
+    let dir = path_arg(cwd.path());
+    let (code, stderr, answer) = refused_start(
+        &[
+            "--socket",
+            d.target(),
+            "mcp",
+            "--mode",
+            "workspace-write",
+            "--cwd",
+            dir,
+        ],
+        true,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{stderr}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    for want in [
+        "writable root /tmp contains corral's own state",
+        "the directory of the daemon's socket",
+        "`--exclude-slash-tmp`",
+    ] {
+        assert!(message.contains(want), "{want}: {message}");
+        assert!(stderr.contains(want), "{want}: {stderr}");
+    }
+
+    let (mut mcp, _) = Mcp::start(
+        &d,
+        &[
+            "--mode",
+            "workspace-write",
+            "--exclude-slash-tmp",
+            "--cwd",
+            dir,
+        ],
+    )
+    .await;
+    let (text, is_error) = mcp
+        .call("exec_command", json!({"cmd": "echo made > made.txt"}))
+        .await;
+    assert!(!is_error, "{text}");
+    assert!(cwd.path().join("made.txt").exists(), "{text}");
+    assert!(mcp.finish().await.success());
+
+    // gRPC: the field that brought the root in, in a google.rpc.BadRequest.
+    use tonic_types::StatusExt;
+    let open = |exclude_slash_tmp: bool, tmpdir: Option<&Path>| api::OpenSessionRequest {
+        cwd: dir.to_string(),
+        mode: SandboxMode::WorkspaceWrite as i32,
+        exclude_slash_tmp,
+        env: tmpdir
+            .map(|t| [("TMPDIR".to_string(), t.display().to_string())].into())
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    let tmpdir = std::fs::canonicalize(state.path()).unwrap();
+    for (req, field) in [
+        (open(false, None), "exclude_slash_tmp"),
+        (open(true, Some(&tmpdir)), "exclude_tmpdir_env_var"),
+    ] {
+        let err = d.try_open_with(req).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        let bad = err.get_details_bad_request().expect("a BadRequest");
+        assert_eq!(bad.field_violations[0].field, field, "{}", err.message());
+    }
+    // And the CLI flag for $TMPDIR.
+    let tmpdir_env = format!("TMPDIR={}", tmpdir.display());
+    let open_session = |extra: &[&str]| {
+        let mut args = vec![
+            "--socket",
+            d.target(),
+            "open-session",
+            "--mode",
+            "workspace-write",
+            "--cwd",
+            dir,
+            "--exclude-slash-tmp",
+            "--env",
+            &tmpdir_env,
+        ];
+        args.extend_from_slice(extra);
+        std::process::Command::new(common::CORRAL)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = open_session(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`--exclude-tmpdir-env-var`"), "{stderr}");
+    let out = open_session(&["--exclude-tmpdir-env-var"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

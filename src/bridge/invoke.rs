@@ -82,6 +82,30 @@ pub fn is_shell_tool(name: &str) -> bool {
     )
 }
 
+/// What a tool can do to the session, for clients that decide by it: MCP's tool annotations
+/// (`readOnlyHint`, `destructiveHint`), by which Codex runs a read-only tool with no approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolEffects {
+    /// Changes nothing: no file, no process (update_plan only reports a plan to the client).
+    pub read_only: bool,
+    /// May delete or overwrite what exists (a command, a patch, input to a running command).
+    pub destructive: bool,
+}
+
+/// The effects of the tool `name`; `None` for a name no session offers.
+pub fn tool_effects(name: &str) -> Option<ToolEffects> {
+    let (read_only, destructive) = match name {
+        "read_file" | "list_dir" | "grep_files" | "view_image" | "update_plan" => (true, false),
+        "apply_patch" | "write_stdin" => (false, true),
+        _ if is_shell_tool(name) => (false, true),
+        _ => return None,
+    };
+    Some(ToolEffects {
+        read_only,
+        destructive,
+    })
+}
+
 /// Runs the tool `name` with the model's `arguments` (a JSON object for function calls, the raw
 /// input for freeform calls).
 pub fn invoke(ctx: &ToolContext, name: &str, arguments: &str, freeform: bool) -> InvokeOutcome {
@@ -339,7 +363,7 @@ pub fn intercepts_apply_patch(name: &str, arguments: &str) -> bool {
         "shell_command" => ShellCommandArgs::parse(arguments)
             .ok()
             .map(|a| classify_script(&a.command)),
-        "exec_command" => serde_json::from_str::<unified_exec::ExecCommandArgs>(arguments)
+        "exec_command" => unified_exec::ExecCommandArgs::parse(arguments)
             .ok()
             .map(|a| classify_script(&a.cmd)),
         _ => None,
@@ -365,7 +389,7 @@ fn function_call<A: DeserializeOwned, T>(
 
 /// `failed to parse function arguments: {serde_json error}`.
 pub(crate) fn parse_arguments<A: DeserializeOwned>(arguments: &str) -> Result<A, ToolError> {
-    serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+    crate::tools::parse_arguments(arguments)
 }
 
 #[cfg(test)]
@@ -375,6 +399,49 @@ mod tests {
 
     fn ctx(dir: &std::path::Path) -> ToolContext {
         crate::worker::commands::test_context(dir)
+    }
+
+    #[test]
+    fn every_tool_of_every_set_says_whether_it_writes() {
+        use crate::bridge::{ShellTool, ToolSet};
+        for shell in [
+            ShellTool::UnifiedExec,
+            ShellTool::ShellCommand,
+            ShellTool::Shell,
+        ] {
+            let set = ToolSet {
+                shell,
+                ..ToolSet::default()
+            };
+            for name in set.names().into_iter().chain(["container.exec"]) {
+                assert!(tool_effects(name).is_some(), "{name}");
+            }
+        }
+        for name in [
+            "read_file",
+            "list_dir",
+            "grep_files",
+            "view_image",
+            "update_plan",
+        ] {
+            assert_eq!(
+                tool_effects(name),
+                Some(ToolEffects {
+                    read_only: true,
+                    destructive: false
+                })
+            );
+        }
+        for name in [
+            "exec_command",
+            "write_stdin",
+            "apply_patch",
+            "shell",
+            "shell_command",
+        ] {
+            assert!(!tool_effects(name).unwrap().read_only, "{name}");
+        }
+        assert_eq!(tool_effects("rm_rf"), None);
     }
 
     #[test]

@@ -10,6 +10,6 @@ pub use definitions::{
     is_parallel_safe, list_tools, tool_definitions, tool_names, unsupported_call,
 };
 pub use invoke::{
-    ContentItem, InvokeOutcome, ShellCommand, intercept_apply_patch, intercepts_apply_patch,
-    invoke, is_shell_tool,
+    ContentItem, InvokeOutcome, ShellCommand, ToolEffects, intercept_apply_patch,
+    intercepts_apply_patch, invoke, is_shell_tool, tool_effects,
 };

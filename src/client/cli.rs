@@ -94,6 +94,10 @@ pub struct SessionOpts {
     /// its own state there).
     #[arg(long)]
     pub exclude_slash_tmp: bool,
+    /// Leave $TMPDIR (of the session's environment) out of the temporary session's writable
+    /// roots.
+    #[arg(long)]
+    pub exclude_tmpdir_env_var: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -171,6 +175,9 @@ pub enum ClientCommand {
         /// there).
         #[arg(long)]
         exclude_slash_tmp: bool,
+        /// Leave $TMPDIR (of the session's environment, see --env) out of the writable roots.
+        #[arg(long)]
+        exclude_tmpdir_env_var: bool,
     },
     /// Close a session.
     CloseSession {
@@ -246,6 +253,9 @@ pub enum ClientCommand {
 pub(super) struct Failure {
     pub code: Option<tonic::Code>,
     pub message: String,
+    /// A stdio front (`corral mcp`, `corral exec-server --listen stdio`) failed before its
+    /// client's `initialize` was read: the reason is also the answer to it.
+    pub before_handshake: bool,
 }
 
 impl From<String> for Failure {
@@ -253,6 +263,7 @@ impl From<String> for Failure {
         Self {
             code: None,
             message,
+            before_handshake: true,
         }
     }
 }
@@ -262,6 +273,7 @@ impl From<tonic::Status> for Failure {
         Self {
             code: Some(s.code()),
             message: s.message().to_string(),
+            before_handshake: true,
         }
     }
 }
@@ -274,6 +286,15 @@ impl From<Failure> for String {
 }
 
 impl Failure {
+    /// A stdio front's failure after its client's handshake began (nothing left to answer).
+    pub fn after_handshake(message: String) -> Self {
+        Self {
+            code: None,
+            message,
+            before_handshake: false,
+        }
+    }
+
     /// One line for a person: `NotFound: …`, or the message alone.
     fn text(&self) -> String {
         match self.code {
@@ -291,6 +312,7 @@ impl Failure {
 
 /// Runs a client command; returns the process exit status.
 pub async fn run(common: Common, command: ClientCommand) -> i32 {
+    let stdio_front = stdio_front(&command);
     match execute(&common, command).await {
         Ok(code) => code,
         Err(failure) => {
@@ -299,8 +321,28 @@ pub async fn run(common: Common, command: ClientCommand) -> i32 {
             } else {
                 eprintln!("error: {}", failure.text());
             }
+            // A client that started the front sees stderr nowhere: its `initialize` is
+            // answered with the reason, whatever failed (the daemon, the session, an option).
+            if let Some((protocol, name)) = stdio_front
+                && failure.before_handshake
+            {
+                let reason = format!("{name} cannot start: {}", failure.text());
+                super::handshake::refuse(protocol, &reason).await;
+            }
             2
         }
+    }
+}
+
+/// The protocol and name of a front that serves its client on stdin/stdout, if `command` is one.
+fn stdio_front(command: &ClientCommand) -> Option<(super::handshake::Protocol, &'static str)> {
+    use super::handshake::Protocol;
+    match command {
+        ClientCommand::Mcp(_) => Some((Protocol::Mcp, "corral mcp")),
+        ClientCommand::ExecServer(args) if args.listen == "stdio" => {
+            Some((Protocol::ExecServer, "corral exec-server"))
+        }
+        _ => None,
     }
 }
 
@@ -338,9 +380,11 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             env,
             approval_policy,
             exclude_slash_tmp,
+            exclude_tmpdir_env_var,
         } => {
             let mut request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
             request.exclude_slash_tmp = exclude_slash_tmp;
+            request.exclude_tmpdir_env_var = exclude_tmpdir_env_var;
             if let Some(p) = approval_policy {
                 request.approval_policy = p.api() as i32;
             }
@@ -480,7 +524,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             }
             Ok(if resp.success { 0 } else { 1 })
         }
-        ClientCommand::Mcp(args) => Ok(super::mcp::serve(channel, args).await?),
+        ClientCommand::Mcp(args) => super::mcp::serve(channel, args).await,
         ClientCommand::ExecServer(args) => Ok(super::exec_server::serve(channel, args).await?),
     }
 }
@@ -564,6 +608,7 @@ pub(super) async fn open(
                 .map_or(api::ApprovalPolicy::Unspecified, |p| p.api())
                 as i32,
             exclude_slash_tmp: opts.exclude_slash_tmp,
+            exclude_tmpdir_env_var: opts.exclude_tmpdir_env_var,
             ..Default::default()
         })
         .await?

@@ -103,6 +103,7 @@ pub async fn run(common: &Common, channel: Connection, args: CpArgs) -> Result<i
         // A transfer runs no command: no approval can arise.
         approval_policy: None,
         exclude_slash_tmp: args.exclude_slash_tmp,
+        exclude_tmpdir_env_var: false,
     };
     let (id, temporary) = open(&channel, &opts).await?;
     let started = Instant::now();

@@ -14,7 +14,7 @@ use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
     Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    Tool,
+    Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Map, Value};
@@ -24,13 +24,13 @@ use std::time::Duration;
 // The CLI's connection (a channel with the TCP bearer token, when one is set).
 use super::connect::Connection as Channel;
 
-use super::cli::{ModeArg, open_session_request, status_text};
+use super::cli::{Failure, ModeArg, open_session_request, status_text};
 
 /// Options of `corral mcp`.
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     /// Serve this open session (left open on exit) instead of opening one (closed on exit).
-    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "mode", "writable_roots", "network", "env", "exclude_slash_tmp"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "mode", "writable_roots", "network", "env", "exclude_slash_tmp", "exclude_tmpdir_env_var"])]
     pub session: Option<String>,
     /// Working directory of the session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -52,11 +52,16 @@ pub struct McpArgs {
     /// there).
     #[arg(long)]
     pub exclude_slash_tmp: bool,
+    /// Leave $TMPDIR (of the session's environment, see --env) out of the writable roots.
+    #[arg(long)]
+    pub exclude_tmpdir_env_var: bool,
 }
 
 /// Opens (or attaches to) the session, serves MCP on stdin/stdout until the client closes stdin
 /// or a termination signal arrives, then closes the session it opened. Returns the exit status.
-pub async fn serve(channel: Channel, args: McpArgs) -> Result<i32, String> {
+/// A failure before the MCP handshake is the answer to the client's `initialize` too (the CLI
+/// sends it); one after it is only printed.
+pub(super) async fn serve(channel: Channel, args: McpArgs) -> Result<i32, Failure> {
     init_logging();
     let (session_id, owned) = match &args.session {
         Some(id) => (id.clone(), false),
@@ -69,6 +74,7 @@ pub async fn serve(channel: Channel, args: McpArgs) -> Result<i32, String> {
                 &args.env,
             )?;
             request.exclude_slash_tmp = args.exclude_slash_tmp;
+            request.exclude_tmpdir_env_var = args.exclude_tmpdir_env_var;
             let resp = SessionsClient::new(channel.clone())
                 .open_session(request)
                 .await
@@ -92,7 +98,7 @@ pub async fn serve(channel: Channel, args: McpArgs) -> Result<i32, String> {
     result
 }
 
-async fn serve_session(channel: Channel, session_id: &str, args: &McpArgs) -> Result<i32, String> {
+async fn serve_session(channel: Channel, session_id: &str, args: &McpArgs) -> Result<i32, Failure> {
     // Listed once: a session's tool set is fixed when it opens. Listing also proves the session
     // exists and is ours before the client is told anything.
     let listed = BridgeClient::new(channel.clone())
@@ -129,7 +135,7 @@ async fn serve_session(channel: Channel, session_id: &str, args: &McpArgs) -> Re
     let running = front
         .serve(rmcp::transport::io::stdio_pipes())
         .await
-        .map_err(|e| format!("MCP initialization failed: {e}"))?;
+        .map_err(|e| Failure::after_handshake(format!("MCP initialization failed: {e}")))?;
     let cancel = running.cancellation_token();
     let outcome = tokio::select! {
         quit = running.waiting() => quit.map(|_| 0).map_err(|e| format!("MCP service: {e}")),
@@ -139,7 +145,7 @@ async fn serve_session(channel: Channel, session_id: &str, args: &McpArgs) -> Re
         }
     };
     keepalive.abort();
-    outcome
+    outcome.map_err(Failure::after_handshake)
 }
 
 /// The MCP server: the session it serves and its tools, as MCP lists them.
@@ -278,9 +284,25 @@ fn mcp_tools(tools_json: &str) -> Result<Vec<Tool>, String> {
                     schema
                 }
             };
-            Ok(Tool::new(name, description, schema))
+            let tool = Tool::new(name, description, schema);
+            Ok(match annotations(&tool.name) {
+                Some(a) => tool.annotate(a),
+                None => tool,
+            })
         })
         .collect()
+}
+
+/// A tool's MCP annotations, from what the bridge says the tool does (one place for every
+/// front): `readOnlyHint` true on the tools that change nothing, which Codex then runs without
+/// an approval; false, and `destructiveHint`, on those that run commands or write files.
+fn annotations(name: &str) -> Option<ToolAnnotations> {
+    let effects = crate::bridge::tool_effects(name)?;
+    let mut a = ToolAnnotations::new().read_only(effects.read_only);
+    if !effects.read_only {
+        a = a.destructive(effects.destructive);
+    }
+    Some(a)
 }
 
 /// Keeps the session from idle expiry while the MCP client is connected (an agent may think for
@@ -368,6 +390,24 @@ mod tests {
         for tool in &tools {
             assert_eq!(tool.input_schema.get("type"), Some(&Value::from("object")));
             assert!(!tool.description.as_deref().unwrap_or_default().is_empty());
+        }
+        // Read-only tools say so (Codex runs them with no approval); the others do not.
+        let hints = |name: &str| {
+            let tool = tools.iter().find(|t| t.name == name).unwrap();
+            let a = tool.annotations.as_ref().expect("annotations");
+            (a.read_only_hint, a.destructive_hint)
+        };
+        for name in [
+            "read_file",
+            "list_dir",
+            "grep_files",
+            "view_image",
+            "update_plan",
+        ] {
+            assert_eq!(hints(name), (Some(true), None), "{name}");
+        }
+        for name in ["shell", "apply_patch"] {
+            assert_eq!(hints(name), (Some(false), Some(true)), "{name}");
         }
         // The freeform apply_patch is offered as its function form.
         let patch = tools.iter().find(|t| t.name == "apply_patch").unwrap();

@@ -8,6 +8,7 @@ mod connect;
 mod cp;
 mod exec;
 mod exec_server;
+mod handshake;
 mod info;
 mod inventory;
 mod mcp;

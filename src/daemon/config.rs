@@ -219,15 +219,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// The directory of the Unix socket the daemon listens on (canonical when it exists).
+    pub fn socket_dir(&self) -> Option<PathBuf> {
+        match &self.listen {
+            ListenAddr::Unix(socket) => socket
+                .parent()
+                .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())),
+            _ => None,
+        }
+    }
+
     /// corral's own state: the socket's directory and the config file. Masked in every sandbox;
     /// no writable root may contain it (spec/sandbox.md §2.2, §2.8).
     pub fn state_paths(&self) -> Vec<PathBuf> {
-        let mut paths = Vec::new();
-        if let ListenAddr::Unix(socket) = &self.listen
-            && let Some(dir) = socket.parent()
-        {
-            paths.push(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()));
-        }
+        let mut paths: Vec<PathBuf> = self.socket_dir().into_iter().collect();
         if let Some(file) = &self.config_file {
             paths.push(std::fs::canonicalize(file).unwrap_or_else(|_| file.clone()));
         }

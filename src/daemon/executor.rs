@@ -7,6 +7,7 @@ use crate::daemon::processes::Home;
 use crate::daemon::resolver::Resolver;
 use crate::daemon::sessions::Session;
 use crate::daemon::start_rate::{StartRate, Turn};
+use crate::daemon::status::invalid_field;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
 use crate::sandbox::report::Layer;
@@ -31,6 +32,9 @@ pub struct Executor {
     resolver: Resolver,
     /// Each user's budget of sandbox starts (H23).
     starts: Arc<StartRate>,
+    /// The directory of the daemon's Unix socket (one of `state_paths`), named as such when a
+    /// writable root holds it.
+    socket_dir: Option<PathBuf>,
 }
 
 impl Executor {
@@ -41,7 +45,14 @@ impl Executor {
             profiles: Arc::new(profiles),
             resolver: Resolver::default(),
             starts: Arc::default(),
+            socket_dir: None,
         }
+    }
+
+    /// Names `dir` (one of the state paths) as the directory of the daemon's socket.
+    pub fn with_socket_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.socket_dir = dir;
+        self
     }
 
     /// Starts the spare workers and path resolvers that make the next `OpenSession` fast.
@@ -77,19 +88,26 @@ impl Executor {
             .get(&session.profile)
             .cloned()
             .ok_or_else(|| {
-                Status::invalid_argument(format!(
-                    "profile `{}` does not exist; this daemon has: {}",
-                    session.profile,
-                    self.profiles.names().collect::<Vec<_>>().join(", ")
-                ))
+                invalid_field(
+                    "profile",
+                    &format!(
+                        "profile `{}` does not exist; this daemon has: {}",
+                        session.profile,
+                        self.profiles.names().collect::<Vec<_>>().join(", ")
+                    ),
+                )
             })?;
         if mode_given && profile.mode != session.mode {
-            return Err(Status::invalid_argument(format!(
-                "profile `{}` is a {} profile, but mode {} was requested; omit mode or make it match",
-                profile.name,
-                profile.mode.as_str(),
-                session.mode.as_str()
-            )));
+            return Err(invalid_field(
+                "mode",
+                &format!(
+                    "profile `{}` is a {} profile, but mode {} was requested; omit mode or make \
+                     it match",
+                    profile.name,
+                    profile.mode.as_str(),
+                    session.mode.as_str()
+                ),
+            ));
         }
         session.mode = profile.mode;
         if profile.mode == Mode::DangerFullAccess {
@@ -147,15 +165,61 @@ impl Executor {
         let policy = self.resolver.resolve(&params).await?;
         for root in &policy.writable_roots {
             if let Some(state) = self.state_paths.iter().find(|s| s.starts_with(root)) {
-                return Err(Status::invalid_argument(format!(
-                    "writable root {} contains corral's own state ({}); choose a narrower root \
-                     or exclude it (exclude_slash_tmp / exclude_tmpdir_env_var)",
-                    root.display(),
-                    state.display()
-                )));
+                return Err(self.state_in_root(session, root, state));
             }
         }
         Ok(policy)
+    }
+
+    /// The refusal of a writable root that holds corral's own state: which request field
+    /// brought the root in, and the flag or setting that leaves it out (a BadRequest naming
+    /// that field). Compared as written, never by looking at the paths (§8.6 H5): /tmp and
+    /// `$TMPDIR` are what their sources add, the cwd and the extra roots are the rest.
+    fn state_in_root(
+        &self,
+        session: &Session,
+        root: &std::path::Path,
+        state: &std::path::Path,
+    ) -> Status {
+        let what = if self.socket_dir.as_deref() == Some(state) {
+            format!(
+                "{}, the directory of the daemon's socket, which clients connect to",
+                state.display()
+            )
+        } else {
+            state.display().to_string()
+        };
+        let tmpdir = session.env.get("TMPDIR").map(std::path::Path::new);
+        let (field, fix) = if root == std::path::Path::new("/tmp") && !session.exclude_slash_tmp {
+            (
+                "exclude_slash_tmp",
+                "leave /tmp out of the session's writable roots: exclude_slash_tmp \
+                 (`--exclude-slash-tmp` on corral mcp, open-session, exec, invoke, cp), or run \
+                 the daemon with its socket and state outside /tmp (e.g. /run/corral)",
+            )
+        } else if tmpdir == Some(root) && !session.exclude_tmpdir_env_var {
+            (
+                "exclude_tmpdir_env_var",
+                "leave $TMPDIR out of the session's writable roots: exclude_tmpdir_env_var \
+                 (`--exclude-tmpdir-env-var` on corral mcp, open-session, exec, invoke), or set \
+                 another TMPDIR",
+            )
+        } else if root == session.cwd {
+            (
+                "cwd",
+                "choose a working directory (or mode) that does not contain it",
+            )
+        } else {
+            ("writable_roots", "choose a narrower writable root")
+        };
+        invalid_field(
+            field,
+            &format!(
+                "writable root {} contains corral's own state ({what}), which no sandbox may \
+                 write; {fix}",
+                root.display(),
+            ),
+        )
     }
 
     /// Every resolution starts a resolver helper and usually a worker: it is a start of the

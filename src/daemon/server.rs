@@ -63,7 +63,8 @@ pub async fn serve(
         config.degraded_layers.clone(),
         config.state_paths(),
         config.profiles.clone(),
-    );
+    )
+    .with_socket_dir(config.socket_dir());
     // Probe the host once: can a read-only sandbox be built here? Its report feeds
     // GetCapabilities and the health service (spec/sandbox.md §6).
     let probe = executor.probe().await;

@@ -7,10 +7,20 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 /// A failure the worker reported: a tool's own class (spec/tools.md §0.5), or
-/// FAILED_PRECONDITION with the §6 text when the sandbox could not be set up.
+/// FAILED_PRECONDITION with the §6 text when the sandbox could not be set up. An
+/// INVALID_ARGUMENT carries a google.rpc.BadRequest naming the field the worker named (the
+/// request's main input when it named none).
 pub fn tool_failure(f: ToolFailure) -> Status {
     match f.setup {
         Some(setup) => Status::failed_precondition(setup_text(&setup, &f.message)),
+        None if Code::from(f.code) == Code::InvalidArgument => {
+            let field = if f.field.is_empty() {
+                "request"
+            } else {
+                &f.field
+            };
+            invalid_field(field, &f.message)
+        }
         None => Status::new(Code::from(f.code), f.message),
     }
 }
@@ -242,6 +252,7 @@ mod tests {
                 cause: "ENOSYS".into(),
                 fix: "Enable Landlock.".into(),
             }),
+            field: String::new(),
         });
         assert_eq!(s.code(), Code::FailedPrecondition);
         assert_eq!(
@@ -256,6 +267,7 @@ mod tests {
                 layer: "capabilities".into(),
                 ..Default::default()
             }),
+            field: String::new(),
         });
         assert_eq!(
             fixed.message(),
@@ -265,10 +277,30 @@ mod tests {
             code: Code::NotFound as i32,
             message: "no such file".into(),
             setup: None,
+            field: String::new(),
         });
         assert_eq!(
             (tool.code(), tool.message()),
             (Code::NotFound, "no such file")
+        );
+        let offset = tool_failure(ToolFailure {
+            code: Code::InvalidArgument as i32,
+            message: "offset must be a 1-indexed line number".into(),
+            setup: None,
+            field: "offset".into(),
+        });
+        assert_eq!(offset.code(), Code::InvalidArgument);
+        assert_eq!(offset.message(), "offset must be a 1-indexed line number");
+        let bad = offset.get_details_bad_request().expect("a BadRequest");
+        assert_eq!(bad.field_violations[0].field, "offset");
+        let unnamed = tool_failure(ToolFailure {
+            code: Code::InvalidArgument as i32,
+            message: "x".into(),
+            ..Default::default()
+        });
+        assert_eq!(
+            unnamed.get_details_bad_request().unwrap().field_violations[0].field,
+            "request"
         );
     }
 }

@@ -139,11 +139,11 @@ pub fn grep_files_with_timeout(
 ) -> Result<GrepFilesOutput, ToolError> {
     let pattern = args.pattern.trim();
     if pattern.is_empty() {
-        return Err(ToolError::invalid("pattern must not be empty"));
+        return Err(ToolError::invalid("pattern must not be empty").on("pattern"));
     }
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 {
-        return Err(ToolError::invalid("limit must be greater than zero"));
+        return Err(ToolError::invalid("limit must be greater than zero").on("limit"));
     }
     let limit = limit.min(MAX_LIMIT);
 
@@ -241,10 +241,10 @@ fn build_overrides(cwd: &Path, include: Option<&str>) -> Result<Override, ToolEr
     let mut builder = OverrideBuilder::new(cwd);
     builder
         .add(glob)
-        .map_err(|err| ToolError::invalid(format!("rg failed: {err}")))?;
+        .map_err(|err| ToolError::invalid(format!("rg failed: {err}")).on("include"))?;
     builder
         .build()
-        .map_err(|err| ToolError::invalid(format!("rg failed: {err}")))
+        .map_err(|err| ToolError::invalid(format!("rg failed: {err}")).on("include"))
 }
 
 /// The matcher rg builds for a single `--regexp` without `-U`, `-i`, `-F` or `-a`.

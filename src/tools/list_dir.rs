@@ -94,17 +94,15 @@ impl ListDirOutput {
 pub fn list_dir(cwd: &Path, args: &ListDirArgs) -> Result<ListDirOutput, ToolError> {
     let offset = args.offset.unwrap_or(DEFAULT_OFFSET);
     if offset == 0 {
-        return Err(ToolError::invalid(
-            "offset must be a 1-indexed entry number",
-        ));
+        return Err(ToolError::invalid("offset must be a 1-indexed entry number").on("offset"));
     }
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 {
-        return Err(ToolError::invalid("limit must be greater than zero"));
+        return Err(ToolError::invalid("limit must be greater than zero").on("limit"));
     }
     let depth = args.depth.unwrap_or(DEFAULT_DEPTH);
     if depth == 0 {
-        return Err(ToolError::invalid("depth must be greater than zero"));
+        return Err(ToolError::invalid("depth must be greater than zero").on("depth"));
     }
     let absolute_path = resolve_path(cwd, &args.dir_path);
 
@@ -124,7 +122,7 @@ pub fn list_dir(cwd: &Path, args: &ListDirArgs) -> Result<ListDirOutput, ToolErr
 
     let start = offset - 1;
     if start >= all.len() {
-        return Err(ToolError::invalid("offset exceeds directory entry count"));
+        return Err(ToolError::invalid("offset exceeds directory entry count").on("offset"));
     }
     let end = start + limit.min(all.len() - start);
     let more_entries = end < all.len();

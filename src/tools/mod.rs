@@ -52,6 +52,9 @@ pub enum ErrorKind {
 pub struct ToolError {
     pub kind: ErrorKind,
     pub message: String,
+    /// The request field an INVALID_ARGUMENT is about (the typed RPC's name for it), carried
+    /// to the client as a google.rpc.BadRequest field violation; never part of model text.
+    pub field: Option<&'static str>,
 }
 
 impl ToolError {
@@ -59,7 +62,14 @@ impl ToolError {
         Self {
             kind,
             message: message.into(),
+            field: None,
         }
+    }
+
+    /// The same failure, naming the request field it is about (see [`ToolError::field`]).
+    pub fn on(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -74,6 +84,50 @@ impl ToolError {
     /// `failed to parse function arguments: {serde error}` (spec/tools.md §0.3).
     pub fn parse(err: &serde_json::Error) -> Self {
         Self::invalid(format!("failed to parse function arguments: {err}"))
+    }
+}
+
+/// A function tool's JSON arguments as `A`, with `failed to parse function arguments: …` when
+/// they do not fit (spec/tools.md §0.3). Every tool parses its arguments here.
+///
+/// JSON `null` counts as absent, for every optional field of every tool (nested objects too):
+/// strict-schema clients and models send `null` for each optional parameter they leave out.
+/// The arguments are first parsed exactly as given (Codex's own parse, byte for byte); only
+/// when that fails and they hold a `null` are they parsed again without the nulls, and if that
+/// fails as well the first error is the answer, so the text of every error stays Codex's.
+pub fn parse_arguments<A: serde::de::DeserializeOwned>(arguments: &str) -> Result<A, ToolError> {
+    let first = match serde_json::from_str(arguments) {
+        Ok(args) => return Ok(args),
+        Err(e) => e,
+    };
+    let retried = serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|mut value| drop_nulls(&mut value).then_some(value))
+        .and_then(|value| serde_json::from_value(value).ok());
+    retried.ok_or_else(|| ToolError::parse(&first))
+}
+
+/// Removes every `null` member of every object in `value`; whether any was removed.
+fn drop_nulls(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let before = map.len();
+            map.retain(|_, v| !v.is_null());
+            let mut dropped = map.len() != before;
+            for v in map.values_mut() {
+                dropped |= drop_nulls(v);
+            }
+            dropped
+        }
+        Value::Array(items) => {
+            let mut dropped = false;
+            for v in items {
+                dropped |= drop_nulls(v);
+            }
+            dropped
+        }
+        _ => false,
     }
 }
 
@@ -127,6 +181,42 @@ pub fn truncate_to_char_boundary(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn null_is_absent_for_every_optional_argument_and_errors_stay_codex_s() {
+        use unified_exec::{ExecCommandArgs, WriteStdinArgs};
+        let with_nulls: ExecCommandArgs = parse_arguments(
+            r#"{"cmd":"x","workdir":null,"shell":null,"login":null,"tty":null,
+               "yield_time_ms":null,"max_output_tokens":null,"sandbox_permissions":null,
+               "with_escalated_permissions":null,"justification":null,"prefix_rule":null}"#,
+        )
+        .unwrap();
+        assert_eq!(with_nulls, parse_arguments(r#"{"cmd":"x"}"#).unwrap());
+        let w: WriteStdinArgs =
+            parse_arguments(r#"{"session_id":3,"chars":null,"yield_time_ms":null}"#).unwrap();
+        assert_eq!(w, parse_arguments(r#"{"session_id":3}"#).unwrap());
+        // Nested objects too (read_file's indentation).
+        let r: read_file::ReadFileArgs = parse_arguments(
+            r#"{"file_path":"f","offset":null,"mode":null,
+               "indentation":{"anchor_line":null,"include_siblings":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.file_path, "f");
+        // A required field sent as null fails with the text of the arguments as sent.
+        let e = parse_arguments::<ExecCommandArgs>(r#"{"cmd":null,"tty":null}"#).unwrap_err();
+        assert_eq!(
+            e.message,
+            "failed to parse function arguments: invalid type: null, expected a string at \
+             line 1 column 11"
+        );
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        let e = parse_arguments::<ExecCommandArgs>(r#"{"tty":null}"#).unwrap_err();
+        assert_eq!(
+            e.message,
+            "failed to parse function arguments: invalid type: null, expected a boolean at \
+             line 1 column 11"
+        );
+    }
 
     #[test]
     fn a_resource_running_out_is_resource_exhausted() {

@@ -100,11 +100,11 @@ impl ReadFileOutput {
 pub fn read_file(cwd: &Path, args: &ReadFileArgs) -> Result<ReadFileOutput, ToolError> {
     let offset = args.offset.unwrap_or(DEFAULT_OFFSET);
     if offset == 0 {
-        return Err(ToolError::invalid("offset must be a 1-indexed line number"));
+        return Err(ToolError::invalid("offset must be a 1-indexed line number").on("offset"));
     }
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 {
-        return Err(ToolError::invalid("limit must be greater than zero"));
+        return Err(ToolError::invalid("limit must be greater than zero").on("limit"));
     }
     let path = resolve_path(cwd, &args.file_path);
     // Opened from the pinned working directory when it lies there (H24); shown as given.
@@ -264,7 +264,7 @@ fn read_slice(path: &Path, offset: usize, limit: usize) -> Result<Vec<NumberedLi
         true
     })?;
     if seen < offset {
-        return Err(ToolError::invalid("offset exceeds file length"));
+        return Err(ToolError::invalid("offset exceeds file length").on("offset"));
     }
     Ok(lines)
 }
@@ -328,13 +328,16 @@ fn read_indentation_block(
 ) -> Result<Vec<NumberedLine>, ToolError> {
     let anchor_line = options.anchor_line.unwrap_or(offset);
     if anchor_line == 0 {
-        return Err(ToolError::invalid(
-            "anchor_line must be a 1-indexed line number",
-        ));
+        return Err(
+            ToolError::invalid("anchor_line must be a 1-indexed line number")
+                .on("indentation.anchor_line"),
+        );
     }
     let guard = options.max_lines.unwrap_or(limit);
     if guard == 0 {
-        return Err(ToolError::invalid("max_lines must be greater than zero"));
+        return Err(
+            ToolError::invalid("max_lines must be greater than zero").on("indentation.max_lines")
+        );
     }
     let max_levels = options.max_levels.unwrap_or(0);
     let include_siblings = options.include_siblings.unwrap_or(false);
@@ -346,7 +349,9 @@ fn read_indentation_block(
         true
     })?;
     if records.is_empty() || anchor_line > records.len() {
-        return Err(ToolError::invalid("anchor_line exceeds file length"));
+        return Err(
+            ToolError::invalid("anchor_line exceeds file length").on("indentation.anchor_line")
+        );
     }
 
     let anchor = anchor_line - 1;

@@ -37,7 +37,7 @@ pub struct UpdatePlanArgs {
 
 /// Parses the call's JSON arguments: `failed to parse function arguments: {serde error}`.
 pub fn parse(arguments: &str) -> Result<UpdatePlanArgs, ToolError> {
-    serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+    crate::tools::parse_arguments(arguments)
 }
 
 /// Runs the tool: the model text on success.

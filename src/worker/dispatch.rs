@@ -42,11 +42,39 @@ fn naming(path: &std::path::Path, mut err: ToolError) -> ToolError {
     err
 }
 
-fn failure(err: ToolError) -> ToolFailure {
+/// The worker's answer to a failed call. An INVALID_ARGUMENT names the request field it is
+/// about (the daemon's google.rpc.BadRequest): the one the tool named, else `main`, the call's
+/// main input.
+fn failure(err: ToolError, main: &'static str) -> ToolFailure {
+    let field = match err.kind {
+        ErrorKind::InvalidArgument => err.field.unwrap_or(main).to_string(),
+        _ => String::new(),
+    };
     ToolFailure {
         code: code_of(err.kind) as i32,
         message: err.message,
         setup: None,
+        field,
+    }
+}
+
+/// The request field an INVALID_ARGUMENT is about when the tool did not name one: the call's
+/// main input (what the model or client wrote), in the typed RPC's own field names.
+fn main_field(call: &Call) -> &'static str {
+    match call {
+        Call::ReadFile(_) => "file_path",
+        Call::ListDir(_) => "dir_path",
+        Call::GrepFiles(_) => "pattern",
+        Call::ApplyPatch(_) => "patch",
+        Call::Shell(_) => "command",
+        Call::Invoke(_) => "arguments",
+        // A running process's calls go wrong about which process (no stdin, gone, not a tty).
+        Call::Process(p) => match p.op {
+            Some(ProcessOp::Start(_)) => "command",
+            _ => "process_id",
+        },
+        Call::Files(_) => "path",
+        _ => "request",
     }
 }
 
@@ -90,6 +118,7 @@ pub fn execute(
     if can_write && let Err(what) = runner.protection.check_current() {
         return Reply::Stale(what);
     }
+    let main = main_field(&call);
     let result = match call {
         Call::ReadFile(req) => read_file_call(ctx, req).map(Reply::ReadFile),
         Call::ListDir(req) => list_dir_call(ctx, req).map(Reply::ListDir),
@@ -116,7 +145,7 @@ pub fn execute(
             Err(ToolError::invalid("not a call"))
         }
     };
-    result.unwrap_or_else(|e| Reply::Failure(failure(e)))
+    result.unwrap_or_else(|e| Reply::Failure(failure(e, main)))
 }
 
 /// GetPromptContext: the project docs are read here, in the sandbox, as the caller.
@@ -170,7 +199,7 @@ fn process_call(ctx: &ToolContext, call: ProcessCall) -> Result<ProcessReply, To
                 None => return Err(ToolError::invalid("give the command: argv or script")),
             };
             if !r.tty && (r.rows != 0 || r.cols != 0) {
-                return Err(ToolError::invalid("rows and cols are for tty processes"));
+                return Err(ToolError::invalid("rows and cols are for tty processes").on("rows"));
             }
             let args = typed::StartArgs {
                 argv,

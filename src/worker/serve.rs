@@ -99,6 +99,7 @@ pub fn worker_main() -> i32 {
                         code: tonic::Code::FailedPrecondition as i32,
                         message: e.message,
                         setup: Some(setup),
+                        field: String::new(),
                     })),
                     ..Default::default()
                 },
@@ -318,6 +319,7 @@ fn bounded(result: worker_reply::Result) -> worker_reply::Result {
             code: tonic::Code::ResourceExhausted as i32,
             message,
             setup: None,
+            field: String::new(),
         }),
     }
 }
@@ -332,6 +334,7 @@ fn send_failure(w: &mut UnixStream, code: tonic::Code, message: String) -> std::
                 code: code as i32,
                 message,
                 setup: None,
+                field: String::new(),
             })),
             ..Default::default()
         },
@@ -734,6 +737,7 @@ fn read_loop(serving: &Arc<Serving>) {
                     code: tonic::Code::ResourceExhausted as i32,
                     message: format!("the sandbox worker cannot start a thread for the call: {e}"),
                     setup: None,
+                    field: String::new(),
                 })),
                 ..Default::default()
             };
@@ -834,6 +838,7 @@ fn run(serving: &Serving, job: Job) {
                       worker log has the panic); nothing else is affected"
                 .into(),
             setup: None,
+            field: String::new(),
         })
     });
     let result = bounded(result);

@@ -159,7 +159,7 @@ pub fn apply_patch_json(
     arguments: &str,
     ctx: &PatchContext,
 ) -> Result<ApplyPatchOutput, ToolError> {
-    let args: ApplyPatchArgs = serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))?;
+    let args: ApplyPatchArgs = crate::tools::parse_arguments(arguments)?;
     apply_patch_for_model(&args.input, ctx)
 }
 

@@ -80,7 +80,7 @@ pub struct ShellCommandArgs {
 impl ShellArgs {
     /// Parses a call's `arguments` (`failed to parse function arguments: …` on error).
     pub fn parse(arguments: &str) -> Result<Self, ToolError> {
-        serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+        crate::tools::parse_arguments(arguments)
     }
 
     /// Whether the call asks for escalation (either spelling).
@@ -100,7 +100,7 @@ impl ShellArgs {
 impl ShellCommandArgs {
     /// Parses a call's `arguments` (`failed to parse function arguments: …` on error).
     pub fn parse(arguments: &str) -> Result<Self, ToolError> {
-        serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+        crate::tools::parse_arguments(arguments)
     }
 
     /// Whether the call asks for escalation (either spelling).

@@ -101,7 +101,7 @@ pub struct WriteStdinArgs {
 
 impl ExecCommandArgs {
     pub fn parse(arguments: &str) -> Result<Self, ToolError> {
-        serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+        crate::tools::parse_arguments(arguments)
     }
 
     /// `[shell, "-lc"|"-c", cmd]`: the model's `shell` or the session's; `login` defaults to
@@ -129,7 +129,7 @@ impl ExecCommandArgs {
 
 impl WriteStdinArgs {
     pub fn parse(arguments: &str) -> Result<Self, ToolError> {
-        serde_json::from_str(arguments).map_err(|e| ToolError::parse(&e))
+        crate::tools::parse_arguments(arguments)
     }
 }
 
