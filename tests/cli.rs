@@ -622,3 +622,42 @@ fn help_lists_the_commands_own_options_before_the_connection_options() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("`-` reads them from stdin"), "{help}");
 }
+
+/// `corral tools` without a session prints, byte for byte, what a session opened with default
+/// options lists (issue 21 item 6): opened by `corral open-session` or by OpenSession with every
+/// option unset, in both API shapes, and its names are capabilities' `default_session_tools`.
+#[tokio::test]
+async fn tools_without_a_session_are_a_default_sessions_tools() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let (code, cli_session, err) = corral(&d, ws.path(), &["open-session"]);
+    assert_eq!(code, 0, "{err}");
+    let cli_session = cli_session.trim().to_string();
+    let api_session = d.open(ws.path(), corral::api::SandboxMode::ReadOnly).await;
+    let (_, caps, _) = corral(&d, ws.path(), &["--json", "capabilities"]);
+    let default_names = json(&caps)["default_session_tools"].clone();
+    for format in ["responses", "chat"] {
+        let (code, sessionless, err) =
+            corral(&d, ws.path(), &["--json", "tools", "--format", format]);
+        assert_eq!(code, 0, "{err}");
+        for session in [&cli_session, &api_session] {
+            let (code, out, err) = corral(
+                &d,
+                ws.path(),
+                &["--json", "tools", "--format", format, "--session", session],
+            );
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(sessionless, out, "{format}");
+        }
+        // The human form is the same JSON, indented.
+        let (_, pretty, _) = corral(&d, ws.path(), &["tools", "--format", format]);
+        assert_eq!(json(&pretty), json(&sessionless));
+        let names: Vec<_> = json(&sessionless)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.get("name").unwrap_or(&t["function"]["name"]).clone())
+            .collect();
+        assert_eq!(serde_json::Value::from(names), default_names, "{format}");
+    }
+}

@@ -215,3 +215,108 @@ async fn shell_route_is_refused_outside_the_roots_and_on_protected_paths() {
     );
     assert!(!cwd.path().join("ro.txt").exists());
 }
+
+/// The pinned Codex release's own tool definitions, as `codex exec` sent them to a mock model
+/// (`tests/codex/tools-VERSION.json`, captured as `tests/codex/tools-VERSION.md` says).
+fn pinned_codex_tools() -> Vec<serde_json::Value> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/codex");
+    let version = std::fs::read_to_string(dir.join("VERSION")).unwrap();
+    let path = dir.join(format!("tools-{}.json", version.trim()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (capture it for the pinned release)",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
+fn named<'a>(tools: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    tools
+        .iter()
+        .find(|t| t["name"] == name || t["function"]["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not listed"))
+}
+
+/// Codex 0.171 lists view_image's `detail` only when the model can ask for original detail and
+/// the unified image budget (a stable feature, on by default) is off: by default it lists `path`
+/// alone, and its handler still takes `detail: "original"` when a model sends it.
+#[tokio::test]
+async fn view_image_lists_detail_as_the_pinned_codex_does() {
+    let codex = pinned_codex_tools();
+    let codex_params = &named(&codex, "view_image")["parameters"];
+    assert!(codex_params["properties"].get("detail").is_none());
+
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+    for (format, session) in [
+        (corral::api::ToolFormat::Responses, id.as_str()),
+        (corral::api::ToolFormat::ChatCompletions, id.as_str()),
+        (corral::api::ToolFormat::Responses, ""),
+    ] {
+        let listed = d
+            .bridge()
+            .await
+            .list_tools(corral::api::ListToolsRequest {
+                format: format as i32,
+                session_id: session.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tools: Vec<serde_json::Value> = serde_json::from_str(&listed.tools_json).unwrap();
+        let tool = named(&tools, "view_image");
+        let params = tool
+            .get("parameters")
+            .unwrap_or(&tool["function"]["parameters"]);
+        let keys = |p: &serde_json::Value| -> Vec<String> {
+            p["properties"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect()
+        };
+        assert_eq!(keys(params), keys(codex_params), "{format:?} {session:?}");
+        assert_eq!(keys(params), ["path"]);
+        for field in ["type", "required", "additionalProperties"] {
+            assert_eq!(params[field], codex_params[field], "{field}");
+        }
+        assert!(!listed.tools_json.contains("detail"), "{format:?}");
+    }
+
+    // Unlisted, `detail: "original"` is still honoured, as Codex's handler honours it.
+    std::fs::write(cwd.path().join("dot.png"), base64_png_1x1()).unwrap();
+    let r = d
+        .bridge()
+        .await
+        .invoke(corral::api::InvokeRequest {
+            session_id: id.clone(),
+            name: "view_image".into(),
+            arguments: r#"{"path":"dot.png","detail":"original"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.success, "{}", r.output);
+    let details: Vec<&str> = r
+        .content_items
+        .iter()
+        .filter_map(|c| match &c.item {
+            Some(corral::api::output_content_item::Item::InputImage(i)) => Some(i.detail.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(details, ["original"]);
+}
+
+/// A 1×1 PNG.
+fn base64_png_1x1() -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+        .unwrap()
+}

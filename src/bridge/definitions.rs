@@ -50,6 +50,9 @@ const UPDATE_PLAN: Definition = Definition {
     name: "update_plan",
     json: include_str!("definitions/update_plan.json"),
 };
+/// Without `detail`, as the pinned Codex (0.171) lists it by default: it lists `detail`
+/// (`"enum": ["high", "original"]`) only when the model supports original detail and its stable,
+/// default-on `unified_image_budget` feature is off. Invoke still honours `detail: "original"`.
 const VIEW_IMAGE: Definition = Definition {
     name: "view_image",
     json: include_str!("definitions/view_image.json"),
