@@ -423,8 +423,14 @@ async fn signal(s: &ExecSession, params: Value) -> Result<Value, RpcError> {
     Ok(json!({}))
 }
 
+/// Ends a process. A process this session does not hold (never started, or already
+/// terminated, which forgets it) answers `running: false`, as Codex 0.171's own server does:
+/// Codex terminates a TTY process twice at the end of a turn (tests/codex/trace-0.171.0.jsonl).
 async fn terminate(s: &ExecSession, params: Value) -> Result<Value, RpcError> {
-    let p = process_of(s, &params)?;
+    let id = string(&params, "processId")?;
+    let Some(p) = s.process(id) else {
+        return Ok(json!({ "running": false }));
+    };
     let running = p.running();
     s.processes_client()
         .terminate_process(api::TerminateProcessRequest {
