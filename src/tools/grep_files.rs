@@ -530,7 +530,7 @@ mod tests {
 
     /// A fresh directory under the system temp dir (`/tmp`), outside any git repository.
     fn tmp() -> tempfile::TempDir {
-        tempfile::tempdir().expect("tempdir")
+        crate::tools::tempdir_outside_any_repository()
     }
 
     fn write(root: &Path, rel: impl AsRef<Path>, content: impl AsRef<[u8]>) -> PathBuf {

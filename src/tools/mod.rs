@@ -178,6 +178,26 @@ pub fn truncate_to_char_boundary(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A temporary directory no git repository encloses, for tests whose answer depends on there
+/// being none (`.gitignore` applies only inside one; project docs stop at its root). Codex's own
+/// sandbox leaves empty `/tmp/.git` mount points behind on a machine where it ran, which would
+/// make every directory under `/tmp` part of a "repository": the first candidate base without a
+/// `.git` above it is used.
+#[cfg(test)]
+pub(crate) fn tempdir_outside_any_repository() -> tempfile::TempDir {
+    let inside_a_repository = |dir: &Path| dir.ancestors().any(|a| a.join(".git").exists());
+    let candidates = [
+        std::env::temp_dir(),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/dev/shm"),
+    ];
+    let base = candidates
+        .iter()
+        .find(|d| d.is_dir() && !inside_a_repository(d))
+        .unwrap_or(&candidates[0]);
+    tempfile::tempdir_in(base).expect("tempdir")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

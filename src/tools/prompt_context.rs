@@ -671,7 +671,7 @@ mod tests {
 
     #[test]
     fn without_git_root_only_cwd_is_searched() {
-        let outer = TempDir::new().unwrap();
+        let outer = crate::tools::tempdir_outside_any_repository();
         write(&outer.path().join("AGENTS.md"), "parent doc");
         let cwd = outer.path().join("sub");
         fs::create_dir(&cwd).unwrap();
@@ -792,7 +792,7 @@ mod tests {
 
     #[test]
     fn git_root_through_a_dangling_link_is_not_a_root() {
-        let outer = TempDir::new().unwrap();
+        let outer = crate::tools::tempdir_outside_any_repository();
         let repo = outer.path().join("repo");
         fs::create_dir(&repo).unwrap();
         symlink(outer.path().join("nowhere"), repo.join(".git")).unwrap();
