@@ -63,6 +63,23 @@ pub struct PatchContext {
     pub protected_paths: Vec<PathBuf>,
 }
 
+#[cfg(test)]
+impl PatchContext {
+    /// A workspace-write session on `root` alone, with the standard protected names: what the
+    /// tools' unit tests run under.
+    pub(crate) fn writable_root_for_tests(root: &std::path::Path) -> Self {
+        Self {
+            cwd: root.to_path_buf(),
+            writable_roots: vec![root.to_path_buf()],
+            read_only: false,
+            protected_names: [".git", ".codex", ".agents", ".aws"]
+                .map(String::from)
+                .to_vec(),
+            protected_paths: vec![],
+        }
+    }
+}
+
 /// What a hunk did to its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileChangeKind {

@@ -377,13 +377,7 @@ mod tests {
     use std::os::unix::fs::{PermissionsExt, symlink};
 
     fn rules(root: &Path) -> PatchContext {
-        PatchContext {
-            cwd: root.to_path_buf(),
-            writable_roots: vec![root.to_path_buf()],
-            read_only: false,
-            protected_names: vec![".git".into(), ".codex".into(), ".agents".into()],
-            protected_paths: vec![],
-        }
+        PatchContext::writable_root_for_tests(root)
     }
 
     fn root() -> (tempfile::TempDir, PathBuf) {
