@@ -668,8 +668,10 @@ async fn stdio_serves_the_same_protocol() {
     );
 }
 
-/// The front serves the user who started it: run as another local user, Codex's commands run
-/// as that user (and write files it owns), in that user's sandbox.
+/// The front serves the user who started it: run as another local user (over stdio, as Codex's
+/// `program = …` environments start it), Codex's commands run as that user and write files it
+/// owns. Over WebSocket that user's front refuses this (root) test process: a front serves only
+/// its own user's processes.
 #[tokio::test]
 async fn a_front_started_by_another_user_runs_as_that_user() {
     let user = common::TestUser::create("esu");
@@ -678,8 +680,9 @@ async fn a_front_started_by_another_user_runs_as_that_user() {
     let ws = user.dir.join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::os::unix::fs::chown(&ws, Some(user.uid), Some(user.gid)).unwrap();
-    let mut child = tokio::process::Command::new("setpriv")
-        .args([
+    let as_user = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("setpriv");
+        cmd.args([
             "--reuid",
             &user.name,
             "--regid",
@@ -689,29 +692,40 @@ async fn a_front_started_by_another_user_runs_as_that_user() {
         ])
         .arg(common::CORRAL)
         .args(["--socket", &socket, "exec-server"])
+        .args(args)
         .current_dir(&ws)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .kill_on_drop(true);
+        cmd.spawn().unwrap()
+    };
+    let mut child = as_user(&["--listen", "stdio"]);
+    let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let mut c = Rpc::connect(&url).await;
-    c.initialize(None).await;
     let cwd = url::Url::from_file_path(&ws).unwrap().to_string();
-    let r = c
-        .call(
-            "process/start",
-            json!({"processId": "who", "argv": ["/bin/sh", "-c", "id -u > mine; id -u"],
-                "cwd": cwd, "env": {}, "tty": false, "sandbox": managed_workspace_write(&ws)}),
-        )
-        .await;
-    assert!(r.get("result").is_some(), "{r}");
-    let out = c.notification("process/output", "who").await;
+    for msg in [
+        json!({"id": 1, "method": "initialize", "params": {"clientName": "t"}}),
+        json!({"method": "initialized", "params": {}}),
+        json!({"id": 2, "method": "process/start", "params": {"processId": "who",
+            "argv": ["/bin/sh", "-c", "id -u > mine; id -u"], "cwd": cwd, "env": {}, "tty": false,
+            "sandbox": managed_workspace_write(&ws)}}),
+    ] {
+        stdin
+            .write_all(format!("{msg}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    let out = loop {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("a line within 30 s")
+            .unwrap()
+            .expect("stdout open");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["method"] == "process/output" {
+            break v;
+        }
+    };
     assert_eq!(
         out["params"]["chunk"],
         b64(format!("{}\n", user.uid).as_bytes()),
@@ -719,4 +733,20 @@ async fn a_front_started_by_another_user_runs_as_that_user() {
     );
     let meta = std::fs::metadata(ws.join("mine")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), user.uid);
+    // Over WebSocket, another user's process (this test runs as root) is refused.
+    let mut ws_front = as_user(&[]);
+    let mut lines = BufReader::new(ws_front.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let tcp = TcpStream::connect(url.trim_start_matches("ws://"))
+        .await
+        .unwrap();
+    let refused = tokio_tungstenite::client_async(url.as_str(), tcp).await;
+    assert!(
+        matches!(&refused, Err(tokio_tungstenite::tungstenite::Error::Http(r)) if r.status() == 403),
+        "{refused:?}"
+    );
 }

@@ -160,3 +160,35 @@ async fn a_client_that_never_reads_stalls_only_itself() {
     assert!(rss_kib < 120 * 1024, "the front holds {rss_kib} KiB");
     drop(stalled);
 }
+
+/// H19 on the WebSocket transport: a command in a network-on corral sandbox reaches the front's
+/// loopback port, but gets no session through it (the front would open one as its own user,
+/// wider than the sandbox). Baseline: the same upgrade from the host is accepted.
+#[tokio::test]
+async fn a_sandboxed_process_gets_no_session_through_the_front() {
+    let d = Daemon::start(&[]).await;
+    let ws = scratch();
+    let (_front, url) = front(&d, ws.path()).await;
+    let addr = url.trim_start_matches("ws://").to_string();
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let upgrade = format!(
+        "import socket; s = socket.create_connection(('{host}', {port})); \
+         s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: Upgrade\\r\\nUpgrade: websocket\\r\\n\
+         Sec-WebSocket-Version: 13\\r\\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\n\\r\\n'); \
+         print(s.recv(4096).decode().splitlines()[0])"
+    );
+    let (code, out) = common::host_sh(&format!("python3 -c \"{upgrade}\""));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("101"), "baseline: the host's upgrade {out}");
+    let id = d
+        .open_with(corral::api::OpenSessionRequest {
+            cwd: ws.path().to_string_lossy().into_owned(),
+            mode: corral::api::SandboxMode::ReadOnly as i32,
+            network_access: true,
+            ..Default::default()
+        })
+        .await;
+    let r = d.sh(&id, &format!("python3 -c \"{upgrade}\"")).await;
+    assert!(r.output.contains("403"), "{}", r.output);
+    assert!(!r.output.contains("101"), "{}", r.output);
+}

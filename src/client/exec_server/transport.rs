@@ -57,6 +57,9 @@ impl Auth {
 /// Serves WebSocket connections on `listener` until the task is dropped.
 pub async fn serve_ws(front: Arc<Front>, listener: TcpListener, auth: Auth) {
     loop {
+        let Ok(local) = listener.local_addr() else {
+            return;
+        };
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -69,7 +72,7 @@ pub async fn serve_ws(front: Arc<Front>, listener: TcpListener, auth: Auth) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let (front, auth) = (front.clone(), auth.clone());
-                async move { Ok::<_, std::convert::Infallible>(answer(front, auth, peer, req)) }
+                async move { Ok::<_, std::convert::Infallible>(answer(front, auth, local, peer, req)) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -81,6 +84,75 @@ pub async fn serve_ws(front: Arc<Front>, listener: TcpListener, auth: Auth) {
     }
 }
 
+/// H19 on this transport: a process inside a sandbox (a corral command with the network on, or
+/// any process more confined than this front) gets no session through it — the front would
+/// open it as this front's user, wider than the sandbox the caller runs in. A connection from
+/// this machine is traced to its process the way the kernel lists it (`/proc/net/tcp` names the
+/// peer socket's inode, `/proc/*/fd` the process holding it) and judged by the daemon's own
+/// rule (`peer::is_sandboxed`); a peer that cannot be traced is refused. Connections from other
+/// hosts need the bearer token instead.
+fn local_peer_may_connect(local: SocketAddr, peer: SocketAddr) -> Result<(), String> {
+    if !peer.ip().is_loopback() {
+        return Ok(());
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    // Only this user's processes' descriptors are readable to a front that is not root; a
+    // root front checks the owner (is_sandboxed refuses another uid).
+    match loopback_peer_pid(local, peer) {
+        Some(pid) if !crate::daemon::peer::is_sandboxed(Some(pid), uid) => Ok(()),
+        Some(pid) => Err(format!(
+            "the connecting process ({pid}) runs in a sandbox; a sandboxed process gets no \
+             session through this front (spec/sandbox.md H19)"
+        )),
+        None => Err(format!(
+            "this front serves only uid {uid}'s processes on this machine: the connecting \
+             process is not one of them, or cannot be told (over IPv4 loopback)"
+        )),
+    }
+}
+
+/// The pid of the process holding the TCP socket whose address is `peer` and whose remote is
+/// `local` (IPv4 only). `None` if no such socket or process is found.
+fn loopback_peer_pid(local: SocketAddr, peer: SocketAddr) -> Option<i32> {
+    let (SocketAddr::V4(local), SocketAddr::V4(peer)) = (local, peer) else {
+        return None;
+    };
+    let hex = |a: std::net::SocketAddrV4| {
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(a.ip().octets()),
+            a.port()
+        )
+    };
+    let (want_local, want_remote) = (hex(peer), hex(local));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        (f.get(1) == Some(&want_local.as_str()) && f.get(2) == Some(&want_remote.as_str()))
+            .then(|| f.get(9).map(|i| i.to_string()))
+            .flatten()
+    })?;
+    let target = format!("socket:[{inode}]");
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
 fn plain(status: StatusCode, text: &str) -> Response<String> {
     let mut r = Response::new(format!("{text}\n"));
     *r.status_mut() = status;
@@ -88,7 +160,13 @@ fn plain(status: StatusCode, text: &str) -> Response<String> {
 }
 
 /// The HTTP side: `/readyz`, the refusals, and the upgrade.
-fn answer(front: Arc<Front>, auth: Auth, peer: SocketAddr, req: Request<Body>) -> Response<String> {
+fn answer(
+    front: Arc<Front>,
+    auth: Auth,
+    local: SocketAddr,
+    peer: SocketAddr,
+    req: Request<Body>,
+) -> Response<String> {
     if req.uri().path() == "/readyz" && req.method() == hyper::Method::GET {
         return plain(StatusCode::OK, "ready");
     }
@@ -100,6 +178,9 @@ fn answer(front: Arc<Front>, auth: Auth, peer: SocketAddr, req: Request<Body>) -
     }
     if !auth.allows(&req) {
         return plain(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
+    }
+    if let Err(why) = local_peer_may_connect(local, peer) {
+        return plain(StatusCode::FORBIDDEN, &why);
     }
     let upgrade = req
         .headers()
