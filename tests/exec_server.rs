@@ -440,6 +440,22 @@ async fn the_protocol_and_its_refusals() {
             .await["result"]["running"],
         true
     );
+    // A terminated process stays readable to its end, as in Codex's server (which keeps it
+    // 30 s), and a second terminate kills nothing.
+    c.notification("process/closed", "cat").await;
+    let r = c
+        .call(
+            "process/read",
+            json!({"processId": "cat", "afterSeq": 1, "waitMs": 5000}),
+        )
+        .await;
+    assert_eq!(r["result"]["closed"], true, "{r}");
+    assert_eq!(r["result"]["chunks"], json!([]), "{r}");
+    assert_eq!(
+        c.call("process/terminate", json!({"processId": "cat"}))
+            .await["result"]["running"],
+        false
+    );
 
     // fs: a missing path is -32004; a write inside the workspace lands; one outside is refused
     // and nothing appears.

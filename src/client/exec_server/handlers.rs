@@ -340,7 +340,11 @@ async fn start(front: &Front, s: &Arc<ExecSession>, params: Value) -> Result<Val
             .await;
     }
     s.insert(p.clone());
-    tokio::spawn(p.pump(client, s.outbox.clone()));
+    let session = s.clone();
+    tokio::spawn(async move {
+        p.clone().pump(client, session.outbox.clone()).await;
+        session.retire(&p).await;
+    });
     let sandbox_type = if spec.mode == Mode::DangerFullAccess {
         "none"
     } else {
@@ -423,23 +427,32 @@ async fn signal(s: &ExecSession, params: Value) -> Result<Value, RpcError> {
     Ok(json!({}))
 }
 
-/// Ends a process. A process this session does not hold (never started, or already
-/// terminated, which forgets it) answers `running: false`, as Codex 0.171's own server does:
-/// Codex terminates a TTY process twice at the end of a turn (tests/codex/trace-0.171.0.jsonl).
+/// Ends a process. A process this session does not hold, or already terminated, answers
+/// `running: false` and kills nothing, as Codex 0.171's own server does: Codex terminates a TTY
+/// process twice at the end of a turn (tests/codex/trace-0.171.0.jsonl). The process stays
+/// readable until the pump retires it ([`ExecSession::retire`]).
 async fn terminate(s: &ExecSession, params: Value) -> Result<Value, RpcError> {
     let id = string(&params, "processId")?;
     let Some(p) = s.process(id) else {
         return Ok(json!({ "running": false }));
     };
     let running = p.running();
-    s.processes_client()
+    if !p.mark_terminated() {
+        return Ok(json!({ "running": false }));
+    }
+    match s
+        .processes_client()
         .terminate_process(api::TerminateProcessRequest {
             session_id: p.corral_session.clone(),
             process_id: p.corral_id,
         })
         .await
-        .map_err(|st| rpc_error(&st))?;
-    s.forget(&p.id);
+    {
+        // NotFound: corral forgot it already (retired after its close).
+        Ok(_) => {}
+        Err(st) if st.code() == tonic::Code::NotFound => {}
+        Err(st) => return Err(rpc_error(&st)),
+    }
     Ok(json!({ "running": running }))
 }
 

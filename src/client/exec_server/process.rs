@@ -21,6 +21,10 @@ pub const RETAINED_BYTES: usize = 1024 * 1024;
 /// How long corral's `ReadProcess` may wait for output in one call of the pump.
 const PUMP_WAIT_MS: u32 = 10_000;
 
+/// How long a closed process stays readable (`process/read` after the end), as in Codex's
+/// server; then the front forgets it and corral does too.
+pub const RETAIN_CLOSED: Duration = Duration::from_secs(30);
+
 /// One retained chunk.
 struct Chunk {
     seq: u64,
@@ -56,6 +60,9 @@ pub struct Process {
     changed: watch::Sender<u64>,
     /// `writeId`s already written (Codex retries a write under the same id).
     writes: Mutex<HashSet<String>>,
+    /// `process/terminate` was asked: corral kills and forgets the process, so the pump's
+    /// losing sight of it is the expected end, not a failure.
+    terminated: AtomicBool,
 }
 
 impl Process {
@@ -70,7 +77,14 @@ impl Process {
             output: Mutex::default(),
             changed: watch::channel(0).0,
             writes: Mutex::default(),
+            terminated: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the process terminated; false when it already was (the second `process/terminate`
+    /// of the same process kills nothing).
+    pub fn mark_terminated(&self) -> bool {
+        !self.terminated.swap(true, Ordering::SeqCst)
     }
 
     fn output(&self) -> std::sync::MutexGuard<'_, Output> {
@@ -115,6 +129,20 @@ impl Process {
                 .await;
             let r = match read {
                 Ok(r) => r.into_inner(),
+                Err(status)
+                    if status.code() == tonic::Code::NotFound
+                        && self.terminated.load(Ordering::SeqCst) =>
+                {
+                    // Terminated: corral killed the tree and forgot it.
+                    let seq = self.end(|o| o.closed = true);
+                    self.notify(
+                        &outbox,
+                        "process/closed",
+                        json!({"processId": self.id, "seq": seq}),
+                    )
+                    .await;
+                    return;
+                }
                 Err(status) => {
                     self.fail(
                         format!("corral stopped reporting the process: {}", status.message()),

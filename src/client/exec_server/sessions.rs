@@ -7,7 +7,7 @@
 //! (`sandbox::SessionSpec`), and the processes it started.
 
 use super::Channel;
-use super::process::{Outbox, Process};
+use super::process::{Outbox, Process, RETAIN_CLOSED};
 use super::rpc::RpcError;
 use super::sandbox::SessionSpec;
 use crate::api::{self, processes_client::ProcessesClient, sessions_client::SessionsClient};
@@ -184,8 +184,27 @@ impl ExecSession {
         self.table().insert(p.id.clone(), p);
     }
 
-    pub fn forget(&self, id: &str) -> Option<Arc<Process>> {
-        self.table().remove(id)
+    /// A closed process stays readable for [`RETAIN_CLOSED`], then the session forgets it
+    /// and corral does too (its retained output is freed; its slot counts no more).
+    pub async fn retire(&self, p: &Arc<Process>) {
+        tokio::time::sleep(RETAIN_CLOSED).await;
+        {
+            let mut table = self.table();
+            // The same process, not a later one that reused the id.
+            if !table.get(&p.id).is_some_and(|held| Arc::ptr_eq(held, p)) {
+                return;
+            }
+            table.remove(&p.id);
+        }
+        if p.mark_terminated() {
+            let _ = self
+                .processes_client()
+                .terminate_process(api::TerminateProcessRequest {
+                    session_id: p.corral_session.clone(),
+                    process_id: p.corral_id,
+                })
+                .await;
+        }
     }
 
     pub fn processes_client(&self) -> ProcessesClient<Channel> {
