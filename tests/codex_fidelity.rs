@@ -320,3 +320,37 @@ fn base64_png_1x1() -> Vec<u8> {
         .decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
         .unwrap()
 }
+
+/// The tools the pinned Codex still lists are offered with its definitions byte for byte (as
+/// JSON values: the fixture is one request body's `tools`), with and without a session: the
+/// model reads the same descriptions through corral as through Codex.
+#[tokio::test]
+async fn definitions_are_the_pinned_codex_ones() {
+    let codex = pinned_codex_tools();
+    let d = Daemon::start(&[]).await;
+    let cwd = scratch();
+    let id = d.open(cwd.path(), SandboxMode::ReadOnly).await;
+    for session in [id.as_str(), ""] {
+        let listed = d
+            .bridge()
+            .await
+            .list_tools(corral::api::ListToolsRequest {
+                format: corral::api::ToolFormat::Responses as i32,
+                session_id: session.into(),
+                // Without a session, what a new session gets by default (as `corral tools`).
+                shell_tool: corral::api::ShellTool::UnifiedExec as i32,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let tools: Vec<serde_json::Value> = serde_json::from_str(&listed.tools_json).unwrap();
+        for name in ["exec_command", "write_stdin", "view_image", "apply_patch"] {
+            assert_eq!(
+                named(&tools, name),
+                named(&codex, name),
+                "{name} (session {session:?})"
+            );
+        }
+    }
+}

@@ -456,8 +456,8 @@ async fn view_image_errors_are_codex_texts() {
         ),
         (
             r#"{"path":"ok.png","detail":"low"}"#.to_string(),
-            "view_image.detail only supports `original`; omit `detail` for default resized \
-             behavior, got `low`"
+            "view_image.detail only supports `high` or `original`; omit `detail` for default \
+             high resized behavior, got `low`"
                 .to_string(),
         ),
         (

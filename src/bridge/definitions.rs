@@ -1,5 +1,9 @@
-//! The model-facing tool definitions, stored verbatim from spec/tools.md §1 (Responses API
-//! shape) so they stay byte-exact, and reshaped for Chat Completions on request.
+//! The model-facing tool definitions, stored verbatim (Responses API shape) so they stay
+//! byte-exact, and reshaped for Chat Completions on request. exec_command, write_stdin,
+//! view_image and the freeform apply_patch are the pinned Codex release's own
+//! (tests/codex/tools-VERSION.json, checked by tests/codex_fidelity.rs); the tools that release
+//! no longer lists (shell, shell_command, read_file, list_dir, grep_files, update_plan, the JSON
+//! apply_patch) keep spec/tools.md §1's text.
 
 use serde_json::{Map, Value};
 
@@ -231,7 +235,7 @@ fn apply_patch_freeform() -> String {
     serde_json::json!({
         "type": "custom",
         "name": "apply_patch",
-        "description": "Use the `apply_patch` tool to edit files. This is a FREEFORM tool, so do not wrap the patch in JSON.",
+        "description": "The `apply_patch` tool can be used to edit files. This is a FREEFORM tool, so do not wrap the patch in JSON.",
         "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH_GRAMMAR},
     })
     .to_string()

@@ -39,14 +39,15 @@ pub struct ViewImageOutput {
 
 /// Runs the tool on parsed arguments. Errors are Codex's model texts.
 pub fn view_image(cwd: &Path, args: &ViewImageArgs) -> Result<ViewImageOutput, ToolError> {
-    // Only `original` is a detail value; anything else is an error rather than reinterpreted.
+    // `high` is the default (resized); `original` keeps the resolution; anything else is an
+    // error rather than reinterpreted (Codex 0.171's values and text).
     let original = match args.detail.as_deref() {
-        None => false,
+        None | Some("high") => false,
         Some("original") => true,
         Some(other) => {
             return Err(ToolError::invalid(format!(
-                "view_image.detail only supports `original`; omit `detail` for default resized \
-                 behavior, got `{other}`"
+                "view_image.detail only supports `high` or `original`; omit `detail` for default \
+                 high resized behavior, got `{other}`"
             )));
         }
     };
@@ -309,12 +310,17 @@ mod tests {
             "{}",
             err.message
         );
-        let err = view_image(dir.path(), &args("a.png", Some("high"))).unwrap_err();
+        let err = view_image(dir.path(), &args("a.png", Some("low"))).unwrap_err();
         assert_eq!(
             err.message,
-            "view_image.detail only supports `original`; omit `detail` for default resized \
-             behavior, got `high`"
+            "view_image.detail only supports `high` or `original`; omit `detail` for default \
+             high resized behavior, got `low`"
         );
+        // `high` is the default, resized.
+        std::fs::write(dir.path().join("a.png"), png(4, 4)).unwrap();
+        let high = view_image(dir.path(), &args("a.png", Some("high"))).unwrap();
+        let default = view_image(dir.path(), &args("a.png", None)).unwrap();
+        assert_eq!(high.detail, default.detail);
     }
 
     #[test]
