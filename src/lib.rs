@@ -8,7 +8,9 @@ pub mod bridge;
 pub mod client;
 pub mod daemon;
 pub mod sandbox;
+pub mod socket;
 pub mod tools;
+pub mod wire;
 pub mod worker;
 
 /// Generated protobuf and gRPC code; module nesting mirrors the proto packages.
@@ -32,8 +34,6 @@ pub mod pb {
 
 /// The public API types (`corral.v1`).
 pub use pb::corral::v1 as api;
-/// The daemon ↔ worker frames (`corral.worker.v1`).
-pub use pb::corral::worker::v1 as wire;
 
 /// A gRPC status code's canonical name (`NOT_FOUND`), as every gRPC library spells it: the
 /// audit log's outcomes and the CLI's JSON errors.

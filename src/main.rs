@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use corral::client::{self, ClientCommand};
-use corral::daemon::config::{Config, LogFormat, ServeArgs};
+use corral::daemon::serve::config::{Config, LogFormat, ServeArgs};
 
 mod http2_log;
 
@@ -103,7 +103,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
-    corral::worker::frame::tune_allocator();
+    corral::wire::frame::tune_allocator();
     // A config that --check-config passes also starts: both run the same checks.
     let config = match Config::load(&args).and_then(|c| c.check_files().map(|()| c)) {
         Ok(c) => c,
@@ -120,7 +120,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     }
     let http2_refusals = init_logging(config.log_format, &config.log_level);
     // Before any thread exists: socket activation reads and clears LISTEN_* variables.
-    let activated = match corral::daemon::listener::from_socket_activation() {
+    let activated = match corral::daemon::serve::listener::from_socket_activation() {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");
@@ -138,7 +138,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
         }
     };
     rt.spawn(http2_log::report(http2_refusals));
-    match rt.block_on(corral::daemon::server::serve(config, activated)) {
+    match rt.block_on(corral::daemon::serve::server::serve(config, activated)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -353,10 +353,7 @@ pub(super) fn status_text(s: tonic::Status) -> String {
 async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure> {
     // The socket rule shared with `corral serve`: --socket > CORRAL_SOCKET > this user's daemon
     // (if one is listening) > the system daemon, which serves every local user as themselves.
-    let target = crate::daemon::socket::choose(
-        common.socket.as_deref(),
-        crate::daemon::socket::Side::Client,
-    )?;
+    let target = crate::socket::choose(common.socket.as_deref(), crate::socket::Side::Client)?;
     let channel = connect_with(&target, &common.tcp_auth(&target)?).await?;
     match command {
         ClientCommand::Cp(args) => Ok(super::cp::run(common, channel, args).await?),

@@ -52,7 +52,7 @@ impl Interceptor for Bearer {
 pub type Connection = InterceptedService<Channel, Bearer>;
 
 /// Connects to `target`: a socket path, `unix:PATH`, or `tcp:HOST:PORT` (plain). A Unix socket
-/// must pass `daemon::socket::check_client` (owned by root or this user, in a trusted
+/// must pass `socket::check_client` (owned by root or this user, in a trusted
 /// directory).
 pub async fn connect(target: &str) -> Result<Channel, String> {
     Ok(open(target, &TcpAuth::default()).await?.0)
@@ -141,7 +141,7 @@ async fn connect_unix(target: &str) -> Result<Channel, String> {
         ));
     }
     // Never talk to an impostor: a socket another user could have planted is refused.
-    crate::daemon::socket::check_client(&path, nix::unistd::geteuid().as_raw())?;
+    crate::socket::check_client(&path, nix::unistd::geteuid().as_raw())?;
     // The URI is required by the API but unused: the connector below dials the socket.
     Endpoint::from_static("http://corral.invalid")
         .connect_with_connector(tower::service_fn(move |_: Uri| {

@@ -1,30 +1,16 @@
 //! The daemon: gRPC services, sessions, configuration, and where calls are executed.
 //! It authenticates and routes; it never touches user files itself.
+//!
+//! Its wings follow a call's way in: `serve` assembles the daemon (configuration, listener,
+//! server, start-up report); `rpc` holds the gRPC faces; `pipeline` is the one way a call
+//! goes (admission, routing to a worker, streaming, approvals, audit); `session` holds what a
+//! session owns; `workers` the confined processes that run calls; `caller` who is calling and
+//! what their rule allows.
 
-pub mod approvals;
-pub mod audit;
-pub mod auth;
-pub mod commands;
-pub mod config;
-pub mod environment;
-pub mod executor;
-pub mod files;
-pub mod identity;
-pub mod inflight;
-pub mod listener;
+pub mod caller;
 pub mod metrics;
-pub mod orphans;
-pub mod peer;
-pub mod policy;
-pub mod pool;
-pub mod processes;
-pub mod resolver;
-pub mod server;
-pub mod service;
-pub mod sessions;
-pub mod socket;
-mod start_rate;
-pub mod startup;
-pub mod status;
-mod stream_pump;
-mod worker_log;
+pub mod pipeline;
+pub mod rpc;
+pub mod serve;
+pub mod session;
+pub mod workers;

@@ -17,7 +17,7 @@ const SYSTEM_RUNTIME_SOCKETS: &[&str] = &[
     "/run/podman/podman.sock",
 ];
 
-/// The system corral daemon's socket directory (see `daemon::socket::SYSTEM_SOCKET`).
+/// The system corral daemon's socket directory (see `socket::SYSTEM_SOCKET`).
 pub const SYSTEM_CORRAL_DIR: &str = "/run/corral";
 
 /// The sockets and socket directories to mask for a session owned by `uid`: the system runtime
@@ -107,7 +107,7 @@ mod tests {
         }
         // The default socket paths of both the daemon and the clients lie under a masked
         // directory (root's system socket; a user's per-user socket under /run/user/UID).
-        let system = PathBuf::from(crate::daemon::socket::SYSTEM_SOCKET);
+        let system = PathBuf::from(crate::socket::SYSTEM_SOCKET);
         assert!(masks.iter().any(|m| system.starts_with(m)), "{system:?}");
     }
 }

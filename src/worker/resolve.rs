@@ -11,35 +11,12 @@
 
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::roots::{PolicyError, SessionParams, build_policy};
-use serde::{Deserialize, Serialize};
+use crate::wire::resolve::{ResolveAnswer, ResolveRefusal, ResolveRequest};
 use std::io::{Read, Write};
 use std::path::Path;
 
 /// Largest request accepted on stdin (a session's parameters).
 pub const MAX_REQUEST_BYTES: u64 = 1024 * 1024;
-
-/// What the daemon asks.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ResolveRequest {
-    pub params: SessionParams,
-}
-
-/// Why a session's paths were refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ResolveRefusal {
-    /// A requested path is wrong (missing cwd, not a directory): INVALID_ARGUMENT naming the
-    /// request field (`cwd`, `writable_roots`).
-    Invalid { field: String, message: String },
-    /// The caller may not use a path it named: PERMISSION_DENIED.
-    Denied(String),
-    /// A protection cannot be enforced (writable symlink, unreadable pointer): FAILED_PRECONDITION.
-    Unenforceable(String),
-    /// The helper itself could not run as the caller: INTERNAL.
-    Helper(String),
-}
-
-/// The helper's answer.
-pub type ResolveAnswer = Result<SandboxPolicy, ResolveRefusal>;
 
 /// Entry point of `corral __resolve`; returns the process exit status.
 pub fn resolve_main() -> i32 {

@@ -3,46 +3,23 @@
 
 use crate::api;
 use crate::sandbox::policy::SandboxPolicy;
-use crate::sandbox::report::{Layer, LayerReport, LayerStatus};
+use crate::sandbox::report::{LayerReport, LayerStatus};
 use crate::tools::ToolContext;
+use crate::wire::frame;
+use crate::wire::spec::{SPARE_ARG, STREAM_WINDOW_BYTES, WORKER_FD, WorkerSpec};
 use crate::wire::{
     CallContext, Ready, ToolFailure, UploadPiece, WorkerReply, WorkerRequest, worker_reply,
     worker_request,
 };
 use crate::worker::commands::SandboxedRunner;
-use crate::worker::{confine, dispatch, frame};
+use crate::worker::{confine, dispatch};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// The descriptor the daemon passes the request socket on.
-pub const WORKER_FD: RawFd = 3;
-
-/// Output delta bytes one streaming call may have sent and not yet had credited by the daemon
-/// (spec/sandbox.md H6). Large enough to keep a local stream at full speed, small enough that
-/// many stalled streams stay far below the daemon's memory budget.
-pub const STREAM_WINDOW_BYTES: u64 = 1024 * 1024;
-
-/// What the daemon tells a new worker: the first frame on its socketpair, as JSON (never in
-/// argv, which every local user can read in /proc; spec/sandbox.md §8.6 H15).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct WorkerSpec {
-    pub policy: SandboxPolicy,
-    /// Layers the operator allows to be missing.
-    pub degraded: Vec<Layer>,
-    /// The worker before this one for the same policy died, perhaps in the middle of a write:
-    /// writes look for the stagings and patch temporaries it left (their locks died with it).
-    #[serde(default)]
-    pub replaces_a_dead_worker: bool,
-    /// The worker this one replaces was stopped by a command that made this protected path
-    /// (H18): so is this one, from the start.
-    #[serde(default)]
-    pub stopped_by: Option<PathBuf>,
-}
 
 /// Entry point of `corral __worker`; returns the process exit status.
 pub fn worker_main() -> i32 {
@@ -149,9 +126,6 @@ pub fn worker_main() -> i32 {
     serve(socket, writer, state);
     0
 }
-
-/// The argument a spare worker is started with (pool.rs), as long as `__worker`.
-pub const SPARE_ARG: &str = "__spare_";
 
 /// A spare worker that got its spec is a worker like any other and says so where operators and
 /// tests look (`/proc/PID/cmdline`, `ps`, `pgrep -f __worker`): its `__spare_` argument is

@@ -1,7 +1,7 @@
 //! Shell commands running now, per user: the policy's `max_concurrent_commands` and the
 //! running-commands metric. A slot is held for the whole command and freed on drop.
 
-use crate::daemon::sessions::Session;
+use crate::daemon::session::sessions::Session;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tonic::Status;
@@ -26,7 +26,7 @@ impl RunningCommands {
         if let Some(rule) = &session.rule
             && *running >= rule.max_concurrent_commands
         {
-            return Err(crate::daemon::status::exhausted(format!(
+            return Err(crate::daemon::rpc::status::exhausted(format!(
                 "uid {uid} already runs {running} commands, the most policy rule `{}` allows; \
                  wait for one to finish",
                 rule.name

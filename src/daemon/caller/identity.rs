@@ -38,13 +38,13 @@ pub enum RootCallers {
 #[derive(Debug, Clone, Default)]
 pub struct Authenticator {
     /// `Some` when TCP is served over TLS: who may authenticate, and as whom.
-    pub credentials: Option<crate::daemon::auth::Credentials>,
+    pub credentials: Option<crate::daemon::caller::auth::Credentials>,
     /// Credential names seen so far, indexed by `Caller::credential` (for the audit log).
     names: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Authenticator {
-    pub fn new(credentials: Option<crate::daemon::auth::Credentials>) -> Self {
+    pub fn new(credentials: Option<crate::daemon::caller::auth::Credentials>) -> Self {
         Self {
             credentials,
             names: Default::default(),

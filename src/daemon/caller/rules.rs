@@ -27,7 +27,7 @@
 //! ```
 //! Keys a rule leaves out come from `policy.default`, then from the built-in defaults.
 
-use crate::daemon::start_rate::Budget;
+use crate::daemon::workers::start_rate::Budget;
 use crate::sandbox::policy::{Identity, Mode};
 use serde::Deserialize;
 use std::collections::BTreeMap;

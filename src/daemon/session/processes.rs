@@ -7,7 +7,7 @@
 //! Each kept process also holds one of its owner's running-command slots until it is gone, so
 //! long-lived processes count against the policy's `max_concurrent_commands`.
 
-use crate::daemon::commands::Slot;
+use crate::daemon::session::slots::Slot;
 use crate::sandbox::policy::SandboxPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -4,10 +4,10 @@
 //! its call cancelled. The daemon therefore holds at most a window per call however slowly a
 //! client reads (spec/sandbox.md §8.6 H6).
 
-use crate::daemon::audit::Outcome;
-use crate::daemon::pool::{CallHandle, Credits};
-use crate::daemon::service::{Admitted, CorralService, Trace};
-use crate::daemon::status;
+use crate::daemon::pipeline::audit::Outcome;
+use crate::daemon::rpc::service::{Admitted, CorralService, Trace};
+use crate::daemon::rpc::status;
+use crate::daemon::workers::pool::{CallHandle, Credits};
 use crate::wire::{WorkerReply, worker_reply::Result as Reply};
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::{Code, Status};
 
 /// What a streamed RPC sends: how a worker frame becomes an item, and what an item weighs.
-pub(super) trait Streamed: Sized + Send + 'static {
+pub(in crate::daemon) trait Streamed: Sized + Send + 'static {
     /// The item a worker frame carries, and the call's outcome when that item ends the call.
     fn from_reply(reply: Option<Reply>, escalated: bool)
     -> Result<(Self, Option<Outcome>), Status>;
@@ -33,7 +33,7 @@ pub(super) trait Streamed: Sized + Send + 'static {
 
 /// How a streamed call started in its worker: its handle, its replies, and the first frame,
 /// already read while checking the start (`None`: the worker went away).
-pub(super) type Started = (
+pub(in crate::daemon) type Started = (
     CallHandle,
     mpsc::UnboundedReceiver<WorkerReply>,
     Option<WorkerReply>,
@@ -41,7 +41,7 @@ pub(super) type Started = (
 
 /// Starts moving a call's frames to a new response stream; a call that failed to start is
 /// finished (metrics, audit) with its status.
-pub(super) fn stream_call<T: Streamed>(
+pub(in crate::daemon) fn stream_call<T: Streamed>(
     service: &CorralService,
     trace: Trace,
     admitted: Admitted,
@@ -113,7 +113,7 @@ impl Progress {
 
 /// The response stream of a streamed call. Credit goes back to the worker only when the
 /// transport takes an item; a stall past the budget ends the stream with the pump's status.
-pub(super) struct CallStream<T> {
+pub(in crate::daemon) struct CallStream<T> {
     rx: mpsc::UnboundedReceiver<Result<T, Status>>,
     abort: Option<oneshot::Receiver<Status>>,
     credits: Credits,
@@ -223,7 +223,7 @@ impl<T: Streamed> Pump<T> {
                         // The worker honours its window; a daemon never trusts that with memory.
                         let credited = self.progress.credited.load(Ordering::Relaxed);
                         let unacked = received.saturating_sub(credited);
-                        if unacked > 2 * crate::worker::serve::STREAM_WINDOW_BYTES {
+                        if unacked > 2 * crate::wire::spec::STREAM_WINDOW_BYTES {
                             return self.abort(status::window_exceeded(unacked));
                         }
                         continue;

@@ -1,13 +1,13 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
-use crate::daemon::commands::Slot;
-use crate::daemon::pool::{Worker, WorkerPool};
-use crate::daemon::processes::Home;
-use crate::daemon::resolver::Resolver;
-use crate::daemon::sessions::Session;
-use crate::daemon::start_rate::{StartRate, Turn};
-use crate::daemon::status::invalid_field;
+use crate::daemon::rpc::status::invalid_field;
+use crate::daemon::session::processes::Home;
+use crate::daemon::session::sessions::Session;
+use crate::daemon::session::slots::Slot;
+use crate::daemon::workers::pool::{Worker, WorkerPool};
+use crate::daemon::workers::resolver::Resolver;
+use crate::daemon::workers::start_rate::{StartRate, Turn};
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::{Profile, ProfileSet};
 use crate::sandbox::report::Layer;
@@ -238,7 +238,7 @@ impl Executor {
                 tokio::time::sleep(wait).await;
                 Ok(())
             }
-            Turn::Refused { retry_after } => Err(crate::daemon::status::starting_too_fast(
+            Turn::Refused { retry_after } => Err(crate::daemon::rpc::status::starting_too_fast(
                 session.owner_uid,
                 &rule.name,
                 budget.per_second,
@@ -287,8 +287,8 @@ impl Executor {
             .policy_for(&session)
             .await
             .map_err(|s| s.message().to_string())?;
-        let worker = crate::daemon::pool::Worker::spawn(
-            &crate::worker::serve::WorkerSpec {
+        let worker = crate::daemon::workers::pool::Worker::spawn(
+            &crate::wire::spec::WorkerSpec {
                 policy,
                 degraded: self.pool.degraded().to_vec(),
                 replaces_a_dead_worker: false,
@@ -543,7 +543,7 @@ impl Executor {
                     self.refresh(session, &seen, &what).await?;
                 }
                 (Ok((Reply::Stale(what), _)), _) => {
-                    return Err(crate::daemon::status::protection_unsettled(&what));
+                    return Err(crate::daemon::rpc::status::protection_unsettled(&what));
                 }
                 (other, _) => return other,
             }

@@ -13,7 +13,7 @@ const BURST_LINES: u32 = 50;
 const LINES_PER_SECOND: u32 = 10;
 
 /// Logs each line `stderr` carries as a warning of worker `pid`, until it closes.
-pub(super) fn relay(stderr: impl AsyncRead + Unpin + Send + 'static, pid: Option<u32>) {
+pub(in crate::daemon) fn relay(stderr: impl AsyncRead + Unpin + Send + 'static, pid: Option<u32>) {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr);
         let mut limit = RateLimit::new(Instant::now());

@@ -11,8 +11,8 @@
 //! and the facts the pipeline knows; `service.rs` applies them in its one call pipeline.
 
 use crate::api;
-use crate::daemon::identity::Caller;
-use crate::daemon::sessions::Session;
+use crate::daemon::caller::identity::Caller;
+use crate::daemon::session::sessions::Session;
 use crate::wire::worker_request::Call;
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -552,7 +552,7 @@ pub fn unix_ms_after(after: Duration) -> u64 {
 
 /// A fresh approval id: 128 random bits as 32 hex digits.
 pub fn new_id() -> Result<String, getrandom::Error> {
-    crate::daemon::sessions::new_session_id()
+    crate::daemon::session::sessions::new_session_id()
 }
 
 #[cfg(test)]

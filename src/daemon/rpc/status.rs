@@ -171,8 +171,8 @@ pub fn too_many_approvals(limit: usize) -> Status {
 
 /// Why a decision was not taken (nothing ran): unknown (or another identity's) approval,
 /// decided already, or expired.
-pub fn decision_refused(id: &str, why: &crate::daemon::approvals::Refusal) -> Status {
-    use crate::daemon::approvals::Refusal;
+pub fn decision_refused(id: &str, why: &crate::daemon::pipeline::approvals::Refusal) -> Status {
+    use crate::daemon::pipeline::approvals::Refusal;
     match why {
         Refusal::NotFound => Status::not_found(format!(
             "approval `{id}` not found in this session: it was never issued here, belongs to \
@@ -185,17 +185,17 @@ pub fn decision_refused(id: &str, why: &crate::daemon::approvals::Refusal) -> St
         Refusal::Expired(at) => Status::deadline_exceeded(format!(
             "approval `{id}` expired at {} before a decision arrived; nothing ran. Give the \
              model the request's rejected_output (`{}`)",
-            crate::daemon::audit::rfc3339(
+            crate::daemon::pipeline::audit::rfc3339(
                 std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at)
             ),
-            crate::daemon::approvals::REJECTED_BY_USER
+            crate::daemon::pipeline::approvals::REJECTED_BY_USER
         )),
     }
 }
 
 /// The user denied a typed call (Shell, ShellStream, StartProcess): Codex's text.
 pub fn rejected_by_user() -> Status {
-    Status::permission_denied(crate::daemon::approvals::REJECTED_BY_USER)
+    Status::permission_denied(crate::daemon::pipeline::approvals::REJECTED_BY_USER)
 }
 
 /// A sandboxed process (a model's own command) tried to decide an approval.

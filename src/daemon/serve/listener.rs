@@ -23,7 +23,7 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, Str
     }
     // Before touching anything in it: clients refuse sockets in such directories, and a stale
     // "socket" there may be someone else's.
-    crate::daemon::socket::check_dir(path, me.as_raw())?;
+    crate::socket::check_dir(path, me.as_raw())?;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
             match std::os::unix::net::UnixStream::connect(path) {

@@ -8,16 +8,16 @@ use crate::api::{
     tools_server::Tools,
 };
 use crate::bridge::{self, ToolFormat};
-use crate::daemon::approvals::{self, AfterDenial, Command, Gate, Kind, Policy};
-use crate::daemon::audit::{self, ApprovalNote, Audit, Finished, Outcome};
-use crate::daemon::commands::Slot;
-use crate::daemon::executor::Executor;
-use crate::daemon::identity::{Authenticator, Caller, RootCallers, worker_identity};
-use crate::daemon::inflight::{CallGuard, InFlight};
-use crate::daemon::policy::{PolicyConfig, Rule, names_of};
-use crate::daemon::sessions::{self, Session, SessionStore, StoreError};
-use crate::daemon::status::{self, invalid_field};
-use crate::daemon::stream_pump::{Streamed, stream_call};
+use crate::daemon::caller::identity::{Authenticator, Caller, RootCallers, worker_identity};
+use crate::daemon::caller::rules::{PolicyConfig, Rule, names_of};
+use crate::daemon::pipeline::approvals::{self, AfterDenial, Command, Gate, Kind, Policy};
+use crate::daemon::pipeline::audit::{self, ApprovalNote, Audit, Finished, Outcome};
+use crate::daemon::pipeline::inflight::{CallGuard, InFlight};
+use crate::daemon::pipeline::route::Executor;
+use crate::daemon::pipeline::stream_pump::{Streamed, stream_call};
+use crate::daemon::rpc::status::{self, invalid_field};
+use crate::daemon::session::sessions::{self, Session, SessionStore, StoreError};
+use crate::daemon::session::slots::Slot;
 use crate::wire::process_call::Op as ProcessOp;
 use crate::wire::process_reply::Op as ProcessAnswer;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
@@ -46,7 +46,7 @@ pub struct CorralService {
     /// Identifies callers (peer credentials; TLS certificates and tokens on TCP).
     pub auth: Authenticator,
     /// Shell commands running now, per user.
-    pub running: crate::daemon::commands::RunningCommands,
+    pub running: crate::daemon::session::slots::RunningCommands,
     /// The operator policy; replaced on SIGHUP.
     pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
@@ -58,13 +58,13 @@ pub struct CorralService {
 /// How a refused escalation is answered: the typed RPCs fail with PERMISSION_DENIED; a model's
 /// call through Invoke gets Codex's refusal text as its output.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub(in crate::daemon) enum Refusal {
     Status,
     ToModel,
 }
 
 /// A call the pipeline refused before it reached a worker.
-pub(super) enum Refused {
+pub(in crate::daemon) enum Refused {
     Status(Status),
     /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
     Answered(Box<Reply>),
@@ -93,13 +93,13 @@ fn answered(r: &api::InvokeRequest, output: String) -> Refused {
 }
 
 /// A call on its way through the pipeline: what its audit line and metrics need at the end.
-pub(super) struct Trace {
+pub(in crate::daemon) struct Trace {
     caller: Caller,
-    pub(super) session_id: String,
+    pub(in crate::daemon) session_id: String,
     tool: String,
     /// A copy of the call for the audit line (only when the audit log is on).
     described: Option<Call>,
-    pub(super) bytes_in: usize,
+    pub(in crate::daemon) bytes_in: usize,
     started: Instant,
     mode: String,
     /// The session's working directory, once the call reached its session.
@@ -112,7 +112,7 @@ pub(super) struct Trace {
 
 impl Trace {
     /// The session the call reached: its mode and cwd go on the audit line.
-    pub(super) fn place(&mut self, session: &Session) {
+    pub(in crate::daemon) fn place(&mut self, session: &Session) {
         self.mode = session.mode.as_str().to_string();
         self.cwd = session.cwd.to_string_lossy().into_owned();
     }
@@ -121,9 +121,9 @@ impl Trace {
 /// What the policy checks granted: the session, whether the call runs escalated, and the
 /// running-command slot it holds until it ends (or, if it leaves a process running, until
 /// that process is gone).
-pub(super) struct Admitted {
-    pub(super) session: Arc<Session>,
-    pub(super) escalated: bool,
+pub(in crate::daemon) struct Admitted {
+    pub(in crate::daemon) session: Arc<Session>,
+    pub(in crate::daemon) escalated: bool,
     slot: Option<Slot>,
     /// The command, when the session's approval policy governs the call.
     command: Option<Command>,
@@ -144,12 +144,12 @@ impl CorralService {
         // Knowing a danger-full-access session's id must not give a caller what it could not
         // open (H19).
         if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
-            crate::daemon::peer::refuse_if_sandboxed(caller)?;
+            crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
         }
         Ok(session)
     }
 
-    pub(super) fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
+    pub(in crate::daemon) fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
         Trace {
             _in_flight: self.in_flight.enter(),
             caller,
@@ -174,7 +174,7 @@ impl CorralService {
     /// The approval policy (spec/sandbox.md §5.2) is applied here too: a command call may be
     /// held for the user's decision (`Refused::Ask`), before it takes a running-command slot.
     /// `resume` is the question a parked call's approval answered.
-    pub(super) fn admit(
+    pub(in crate::daemon) fn admit(
         &self,
         trace: &mut Trace,
         call: &Call,
@@ -189,10 +189,11 @@ impl CorralService {
         // A process running outside the sandbox (an escalated exec_command or StartProcess) is
         // danger-full-access too: writing to it, reading, signalling it need what opening such
         // a session needs (H19).
-        if let Some(id) = crate::daemon::executor::named_process(call)
+        if let Some(id) = crate::daemon::pipeline::route::named_process(call)
             && session.processes.home_of(id).is_some_and(|h| h.escalated)
         {
-            crate::daemon::peer::refuse_if_sandboxed(trace.caller).map_err(Refused::Status)?;
+            crate::daemon::caller::peer::refuse_if_sandboxed(trace.caller)
+                .map_err(Refused::Status)?;
         }
         // A model's call of a tool outside the session's set is Codex's `unsupported call:
         // NAME`; nothing runs.
@@ -268,7 +269,7 @@ impl CorralService {
         }
         let is_shell = matches!(call, Call::Shell(_))
             || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name))
-            || crate::daemon::executor::starts_process(call);
+            || crate::daemon::pipeline::route::starts_process(call);
         let slot = if is_shell {
             Some(self.running.start(&session).map_err(Refused::Status)?)
         } else {
@@ -289,7 +290,7 @@ impl CorralService {
     }
 
     /// The end of every call: metrics and the audit line.
-    pub(super) fn finish(&self, trace: Trace, outcome: &Outcome) {
+    pub(in crate::daemon) fn finish(&self, trace: Trace, outcome: &Outcome) {
         let elapsed = trace.started.elapsed();
         crate::daemon::metrics::call(&trace.tool, &outcome.name, elapsed);
         if let Some(call) = &trace.described {
@@ -310,7 +311,11 @@ impl CorralService {
     }
 
     /// A refusal ends the call here, audited and counted like any other outcome.
-    pub(super) fn refuse(&self, trace: Trace, refused: Refused) -> Result<Reply, Status> {
+    pub(in crate::daemon) fn refuse(
+        &self,
+        trace: Trace,
+        refused: Refused,
+    ) -> Result<Reply, Status> {
         match refused {
             Refused::Status(s) => {
                 self.finish(trace, &Outcome::code(s.code()));
@@ -451,7 +456,7 @@ impl CorralService {
     }
 
     /// The pipeline for a unary call (every typed RPC but ShellStream, and Invoke).
-    pub(super) async fn run(
+    pub(in crate::daemon) async fn run(
         &self,
         caller: Caller,
         session_id: &str,
@@ -595,7 +600,7 @@ impl CorralService {
                     .await?;
                 let (mut handle, mut replies) = worker
                     .start(
-                        &crate::daemon::executor::context_of(&admitted.session),
+                        &crate::daemon::pipeline::route::context_of(&admitted.session),
                         &call,
                         true,
                     )
@@ -700,7 +705,7 @@ impl Sessions for CorralService {
         request: Request<api::OpenSessionRequest>,
     ) -> Result<Response<api::OpenSessionResponse>, Status> {
         let caller = self.auth.caller_of(&request)?;
-        crate::daemon::peer::refuse_if_in_a_corral_sandbox(caller)?;
+        crate::daemon::caller::peer::refuse_if_in_a_corral_sandbox(caller)?;
         let req = request.into_inner();
         let mut session =
             sessions::validate(&req).map_err(|e| invalid_field(&e.field, &e.message))?;
@@ -709,8 +714,10 @@ impl Sessions for CorralService {
         let mode_given = req.mode != api::SandboxMode::Unspecified as i32;
         self.executor.resolve_profile(&mut session, mode_given)?;
         session.owner_uid = caller.uid;
-        session.env =
-            crate::daemon::environment::session_env(caller.uid, std::mem::take(&mut session.env));
+        session.env = crate::daemon::session::environment::session_env(
+            caller.uid,
+            std::mem::take(&mut session.env),
+        );
         session.identity = worker_identity(caller, self.root_callers)?;
         let rule = self.rule_for(caller, session.identity.as_ref());
         rule.check_mode(session.mode)
@@ -732,7 +739,7 @@ impl Sessions for CorralService {
             ));
         }
         if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
-            crate::daemon::peer::refuse_if_sandboxed(caller)?;
+            crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
         }
         let policy = self.executor.policy_for(&session).await?;
         // H10: the operator's `roots_under` holds for the canonical form of every root the
@@ -796,13 +803,13 @@ impl Sessions for CorralService {
         let caller = self.auth.caller_of(&request)?;
         // A session id is a capability: a sandboxed caller that found a wider session's id
         // could use it. Such a caller sees none.
-        if crate::daemon::peer::is_sandboxed(caller.pid, caller.uid) {
+        if crate::daemon::caller::peer::is_sandboxed(caller.pid, caller.uid) {
             return Err(Status::permission_denied(
                 "ListSessions is refused to a caller that runs inside a sandbox",
             ));
         }
         // A credential that may not have danger-full-access does not see such sessions.
-        let full = crate::daemon::peer::full_access_refusal(caller).is_none();
+        let full = crate::daemon::caller::peer::full_access_refusal(caller).is_none();
         let sessions = self
             .sessions
             .list_owned(caller.uid)
@@ -1008,7 +1015,7 @@ impl CorralService {
         self.allow_escalation
             && (caller.uid != 0 || self.root_callers == RootCallers::Trusted)
             && self.rule_for(caller, None).allow_escalation
-            && crate::daemon::peer::full_access_refusal(caller).is_none()
+            && crate::daemon::caller::peer::full_access_refusal(caller).is_none()
     }
 }
 
@@ -1171,7 +1178,7 @@ impl Bridge for CorralService {
         // The user decides, never the model: a sandboxed process (a command the model runs)
         // that reaches the socket — or a credential that may have been read by one (H19) —
         // cannot decide anything.
-        if crate::daemon::peer::full_access_refusal(caller).is_some() {
+        if crate::daemon::caller::peer::full_access_refusal(caller).is_some() {
             return Err(unmatched(status::sandboxed_decider()));
         }
         let parked = session

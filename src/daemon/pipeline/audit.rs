@@ -4,7 +4,7 @@
 //! or to stdout.
 
 use crate::api;
-use crate::daemon::identity::Caller;
+use crate::daemon::caller::identity::Caller;
 use crate::grpc_code_name as code_name;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;

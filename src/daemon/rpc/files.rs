@@ -12,13 +12,13 @@
 //! in any way but its completion changes nothing.
 
 use crate::api::{self, files_server::Files, upload_request::Item as Upload};
-use crate::daemon::audit::Outcome;
-use crate::daemon::executor::context_of;
-use crate::daemon::pool::{CallHandle, Worker};
-use crate::daemon::service::{Admitted, CorralService, Refusal, Trace};
-use crate::daemon::sessions::Session;
-use crate::daemon::status;
-use crate::daemon::stream_pump::{CallStream, Streamed, stream_call};
+use crate::daemon::pipeline::audit::Outcome;
+use crate::daemon::pipeline::route::context_of;
+use crate::daemon::pipeline::stream_pump::{CallStream, Streamed, stream_call};
+use crate::daemon::rpc::service::{Admitted, CorralService, Refusal, Trace};
+use crate::daemon::rpc::status;
+use crate::daemon::session::sessions::Session;
+use crate::daemon::workers::pool::{CallHandle, Worker};
 use crate::tools::transfer::MAX_DATA_CHUNK;
 use crate::wire::files_call::Op;
 use crate::wire::files_reply::Op as Answer;
@@ -249,7 +249,7 @@ impl CorralService {
     /// line however it ends.
     async fn upload_call(
         &self,
-        caller: crate::daemon::identity::Caller,
+        caller: crate::daemon::caller::identity::Caller,
         mut incoming: Streaming<api::UploadRequest>,
     ) -> Result<api::UploadResponse, Status> {
         let budget = self.stream_stall_timeout;
@@ -506,7 +506,7 @@ impl CorralService {
     /// a stream that fails at once), then a pump to the response stream.
     async fn download_call(
         &self,
-        caller: crate::daemon::identity::Caller,
+        caller: crate::daemon::caller::identity::Caller,
         req: api::DownloadRequest,
     ) -> Result<CallStream<api::DownloadResponse>, Status> {
         let session_id = req.session_id.clone();

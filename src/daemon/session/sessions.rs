@@ -23,7 +23,7 @@ pub struct Session {
     /// Who the session's worker runs as (`None`: the daemon's own identity, or root).
     pub identity: Option<crate::sandbox::policy::Identity>,
     /// The owner's policy rule (limits and its name for refusals).
-    pub rule: Option<crate::daemon::policy::Rule>,
+    pub rule: Option<crate::daemon::caller::rules::Rule>,
     /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
     pub profile: String,
     /// The effective sandbox policy computed at OpenSession, with its roots pinned.
@@ -46,12 +46,12 @@ pub struct Session {
     /// GetPromptContext's project-doc byte budget (0: no docs).
     pub project_doc_max_bytes: u64,
     /// Where its long-lived processes live (see `processes.rs`).
-    pub processes: crate::daemon::processes::ProcessHomes,
+    pub processes: crate::daemon::session::processes::ProcessHomes,
     /// Workers the session left (its protection changed) but still holds, because processes
     /// it started live there; released when it closes.
     pub held_policies: Arc<Mutex<Vec<SandboxPolicy>>>,
     /// The approval policy and the calls waiting for a decision (spec/sandbox.md §5.2).
-    pub approvals: crate::daemon::approvals::SessionApprovals,
+    pub approvals: crate::daemon::pipeline::approvals::SessionApprovals,
 }
 
 impl Session {
@@ -150,8 +150,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
     )
     .map_err(|(field, message)| err(field, message))?;
-    let (approval_policy, approval_timeout) =
-        crate::daemon::approvals::settings(req).map_err(|(field, message)| err(field, message))?;
+    let (approval_policy, approval_timeout) = crate::daemon::pipeline::approvals::settings(req)
+        .map_err(|(field, message)| err(field, message))?;
     Ok(Session {
         id: String::new(),
         cwd,
@@ -179,7 +179,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
         project_doc_max_bytes,
         processes: Default::default(),
         held_policies: Default::default(),
-        approvals: crate::daemon::approvals::SessionApprovals::new(
+        approvals: crate::daemon::pipeline::approvals::SessionApprovals::new(
             approval_policy,
             approval_timeout,
         ),

@@ -1,9 +1,9 @@
 //! The daemon's configuration: a TOML file (`--config`) whose every key also has a flag; flags
 //! win over the file, the file over the defaults.
 
-use crate::daemon::auth::{TlsConfig, TokenConfig};
-use crate::daemon::identity::RootCallers;
-use crate::daemon::policy::PolicyConfig;
+use crate::daemon::caller::auth::{TlsConfig, TokenConfig};
+use crate::daemon::caller::identity::RootCallers;
+use crate::daemon::caller::rules::PolicyConfig;
 use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
 use clap::Args;
@@ -290,7 +290,7 @@ impl Config {
             (None, None) => false,
             _ => return Err("tls: both tls_cert and tls_key are needed".into()),
         };
-        crate::daemon::auth::Credentials {
+        crate::daemon::caller::auth::Credentials {
             clients: tls.clients.clone(),
             tokens: tokens.clone(),
         }
@@ -387,7 +387,7 @@ impl Config {
         let stream_stall_timeout = match args.stream_stall_timeout.or(file.stream_stall_timeout) {
             Some(0) => return Err("stream_stall_timeout must be greater than zero".into()),
             Some(secs) => Duration::from_secs(secs),
-            None => crate::daemon::service::DEFAULT_STREAM_STALL_TIMEOUT,
+            None => crate::daemon::rpc::service::DEFAULT_STREAM_STALL_TIMEOUT,
         };
         Ok(Config {
             health_listen: args.health_listen.or(file.health_listen),
@@ -591,7 +591,7 @@ impl Config {
         if let ListenAddr::Unix(socket) = &self.listen
             && socket.parent().is_some_and(|d| d.is_dir())
         {
-            crate::daemon::socket::check_dir(socket, nix::unistd::geteuid().as_raw())?;
+            crate::socket::check_dir(socket, nix::unistd::geteuid().as_raw())?;
         }
         Ok(())
     }
@@ -641,15 +641,15 @@ fn read_file_config(path: &Path) -> Result<FileConfig, String> {
 }
 
 /// Where the daemon listens without `--listen` or a `listen` key: the socket rule
-/// (`daemon::socket::choose`), i.e. `CORRAL_SOCKET`, else `$XDG_RUNTIME_DIR/corral/corral.sock`,
+/// (`socket::choose`), i.e. `CORRAL_SOCKET`, else `$XDG_RUNTIME_DIR/corral/corral.sock`,
 /// else `/run/corral/corral.sock` as root. A daemon that is not root and has neither refuses to
 /// start rather than falling back to `/tmp`.
 pub fn default_listen() -> Result<ListenAddr, String> {
-    let address = crate::daemon::socket::choose(None, crate::daemon::socket::Side::Daemon)?;
+    let address = crate::socket::choose(None, crate::socket::Side::Daemon)?;
     if address.starts_with("unix:") || address.starts_with("tcp:") {
         return address
             .parse()
-            .map_err(|e| format!("{}: {e}", crate::daemon::socket::SOCKET_ENV));
+            .map_err(|e| format!("{}: {e}", crate::socket::SOCKET_ENV));
     }
     // Clients accept a bare socket path in CORRAL_SOCKET, so the daemon does too.
     Ok(ListenAddr::Unix(PathBuf::from(address)))

@@ -4,7 +4,7 @@
 //! aligned text on stderr, or one JSON object per line with `log_format = "json"`.
 
 use crate::api::{Layer, LayerStatus};
-use crate::daemon::config::{Config, ListenAddr, LogFormat};
+use crate::daemon::serve::config::{Config, ListenAddr, LogFormat};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
@@ -211,7 +211,7 @@ fn tls_hints(cert: &Path, client_ca: Option<&Path>, dialled: IpAddr) -> TlsHints
         ca: None,
         server_name: None,
     };
-    let Ok(chain) = crate::daemon::config::pem_certificates(cert, "tls_cert") else {
+    let Ok(chain) = crate::daemon::serve::config::pem_certificates(cert, "tls_cert") else {
         return hints;
     };
     let parsed: Vec<X509Certificate<'_>> =
@@ -222,7 +222,7 @@ fn tls_hints(cert: &Path, client_ca: Option<&Path>, dialled: IpAddr) -> TlsHints
     if top.subject() == top.issuer() {
         hints.ca = Some(cert.to_path_buf());
     } else if let Some(ca_file) = client_ca
-        && let Ok(cas) = crate::daemon::config::pem_certificates(ca_file, "tls_client_ca")
+        && let Ok(cas) = crate::daemon::serve::config::pem_certificates(ca_file, "tls_client_ca")
         && cas
             .iter()
             .filter_map(|p| p.parse_x509().ok())

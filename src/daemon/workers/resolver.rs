@@ -7,7 +7,7 @@
 
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::roots::SessionParams;
-use crate::worker::resolve::{ResolveAnswer, ResolveRefusal, ResolveRequest};
+use crate::wire::resolve::{ResolveAnswer, ResolveRefusal, ResolveRequest};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,7 +165,7 @@ async fn exchange(mut child: Child, params: &SessionParams) -> Result<SandboxPol
     })?;
     answer.map_err(|refusal| match refusal {
         ResolveRefusal::Invalid { field, message } => {
-            crate::daemon::status::invalid_field(&field, &message)
+            crate::daemon::rpc::status::invalid_field(&field, &message)
         }
         ResolveRefusal::Denied(m) => Status::permission_denied(m),
         ResolveRefusal::Unenforceable(m) => Status::failed_precondition(m),

@@ -5,15 +5,15 @@ use crate::api::{
     bridge_server::BridgeServer, files_server::FilesServer, processes_server::ProcessesServer,
     sessions_server::SessionsServer, tools_server::ToolsServer,
 };
-use crate::daemon::audit::Audit;
-use crate::daemon::config::{Config, ListenAddr};
-use crate::daemon::executor::Executor;
-use crate::daemon::inflight::InFlight;
-use crate::daemon::listener;
-use crate::daemon::policy::PolicyConfig;
-use crate::daemon::service::CorralService;
-use crate::daemon::sessions::SessionStore;
-use crate::daemon::startup;
+use crate::daemon::caller::rules::PolicyConfig;
+use crate::daemon::pipeline::audit::Audit;
+use crate::daemon::pipeline::inflight::InFlight;
+use crate::daemon::pipeline::route::Executor;
+use crate::daemon::rpc::service::CorralService;
+use crate::daemon::serve::config::{Config, ListenAddr};
+use crate::daemon::serve::listener;
+use crate::daemon::serve::startup;
+use crate::daemon::session::sessions::SessionStore;
 use crate::pb::FILE_DESCRIPTOR_SET;
 use std::future::Future;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub async fn serve(
     let owns_socket_file = activated.is_none();
     // Commands of a worker that dies are re-parented here rather than to init, to be killed
     // (orphans.rs).
-    if let Err(e) = crate::daemon::orphans::become_subreaper() {
+    if let Err(e) = crate::daemon::workers::orphans::become_subreaper() {
         tracing::warn!(
             "cannot become a child subreaper ({e}): commands of a danger-full-access worker \
              that dies may outlive it"
@@ -79,8 +79,8 @@ pub async fn serve(
         allow_escalation: config.allow_escalation,
         root_callers: config.root_callers,
         audit: audit.clone(),
-        auth: crate::daemon::identity::Authenticator::new(tls_on.then(|| {
-            crate::daemon::auth::Credentials {
+        auth: crate::daemon::caller::identity::Authenticator::new(tls_on.then(|| {
+            crate::daemon::caller::auth::Credentials {
                 clients: config.tls.clients.clone(),
                 tokens: config.tokens.clone(),
             }
@@ -312,7 +312,7 @@ async fn reload_on_sighup(
             Err(e) => tracing::error!("SIGHUP: {e}; still writing to the old file"),
         }
         if let Some(path) = &config_file {
-            match crate::daemon::config::reload_policy(path) {
+            match crate::daemon::serve::config::reload_policy(path) {
                 Ok(new) => {
                     *policy.write().unwrap_or_else(|p| p.into_inner()) = new;
                     tracing::info!(config = %path.display(), "SIGHUP: policy reloaded");

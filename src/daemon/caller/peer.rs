@@ -9,7 +9,7 @@
 //! say, unreadable) counts as sandboxed. TCP callers carry no pid and are not judged here: TCP
 //! needs TLS or a token, which a sandbox does not have.
 
-use crate::daemon::identity::Caller;
+use crate::daemon::caller::identity::Caller;
 use std::path::Path;
 use tonic::Status;
 

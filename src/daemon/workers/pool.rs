@@ -6,15 +6,15 @@
 //! that dies fails only the calls in flight on it.
 
 use crate::api;
-use crate::daemon::status;
+use crate::daemon::rpc::status;
 use crate::sandbox::cgroup::{MemoryCgroups, WorkerCgroup};
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::Layer;
+use crate::wire::frame;
+use crate::wire::spec::{SPARE_ARG, WORKER_FD, WorkerSpec};
 use crate::wire::{
     CallContext, WorkerReply, WorkerRequest, worker_reply::Result as Reply, worker_request::Call,
 };
-use crate::worker::frame;
-use crate::worker::serve::{SPARE_ARG, WORKER_FD, WorkerSpec};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -160,7 +160,7 @@ impl Spare {
             .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
         drop(theirs);
         if let Some(stderr) = child.stderr.take() {
-            crate::daemon::worker_log::relay(stderr, child.id());
+            crate::daemon::workers::worker_log::relay(stderr, child.id());
         }
         if ahead && let Some(cg) = &cgroup.0 {
             // On failure `child` is dropped, which kills it.
@@ -377,7 +377,8 @@ impl Worker {
                 drop(cgroup);
                 // A danger-full-access worker's commands have no pid namespace to die with. Killed
                 // before the calls fail, so a client that retries finds them gone.
-                let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
+                let _ = tokio::task::spawn_blocking(crate::daemon::workers::orphans::kill_adopted)
+                    .await;
                 let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
                 pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -1016,7 +1017,7 @@ impl WorkerPool {
         for (_, mut reaped) in workers {
             let _ = tokio::time::timeout(Duration::from_secs(3), reaped.wait_for(|r| *r)).await;
         }
-        let _ = tokio::task::spawn_blocking(crate::daemon::orphans::kill_adopted).await;
+        let _ = tokio::task::spawn_blocking(crate::daemon::workers::orphans::kill_adopted).await;
     }
 
     // Added for the per-user worker cap (H12, policy `max_workers`); keep when rewriting.
@@ -1064,7 +1065,7 @@ mod tests {
         });
         for stream in [false, true] {
             let bytes = encode_request(42, &context, &call, stream);
-            let decoded: WorkerRequest = crate::worker::frame::read_blocking(&mut bytes.as_slice())
+            let decoded: WorkerRequest = crate::wire::frame::read_blocking(&mut bytes.as_slice())
                 .unwrap()
                 .unwrap();
             assert_eq!(
