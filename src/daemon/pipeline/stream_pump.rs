@@ -4,8 +4,8 @@
 //! its call cancelled. The daemon therefore holds at most a window per call however slowly a
 //! client reads (spec/sandbox.md §8.6 H6).
 
+use crate::daemon::pipeline::admit::{Admitted, CorralService, Trace};
 use crate::daemon::pipeline::audit::Outcome;
-use crate::daemon::rpc::service::{Admitted, CorralService, Trace};
 use crate::daemon::rpc::status;
 use crate::daemon::workers::pool::{CallHandle, Credits};
 use crate::wire::{WorkerReply, worker_reply::Result as Reply};

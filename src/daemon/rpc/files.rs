@@ -12,10 +12,10 @@
 //! in any way but its completion changes nothing.
 
 use crate::api::{self, files_server::Files, upload_request::Item as Upload};
+use crate::daemon::pipeline::admit::{Admitted, CorralService, Refusal, Trace};
 use crate::daemon::pipeline::audit::Outcome;
 use crate::daemon::pipeline::route::context_of;
 use crate::daemon::pipeline::stream_pump::{CallStream, Streamed, stream_call};
-use crate::daemon::rpc::service::{Admitted, CorralService, Refusal, Trace};
 use crate::daemon::rpc::status;
 use crate::daemon::session::sessions::Session;
 use crate::daemon::workers::pool::{CallHandle, Worker};

@@ -1,5 +1,9 @@
 //! The gRPC faces of the daemon's services, and the one place domain errors become statuses.
+//! Each face takes a request through the pipeline (`daemon::pipeline`) and answers.
 
+mod bridge;
 pub mod files;
-pub mod service;
+mod processes;
+mod sessions;
 pub mod status;
+mod tools;

@@ -387,7 +387,7 @@ impl Config {
         let stream_stall_timeout = match args.stream_stall_timeout.or(file.stream_stall_timeout) {
             Some(0) => return Err("stream_stall_timeout must be greater than zero".into()),
             Some(secs) => Duration::from_secs(secs),
-            None => crate::daemon::rpc::service::DEFAULT_STREAM_STALL_TIMEOUT,
+            None => crate::daemon::pipeline::admit::DEFAULT_STREAM_STALL_TIMEOUT,
         };
         Ok(Config {
             health_listen: args.health_listen.or(file.health_listen),

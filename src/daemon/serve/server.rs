@@ -6,10 +6,10 @@ use crate::api::{
     sessions_server::SessionsServer, tools_server::ToolsServer,
 };
 use crate::daemon::caller::rules::PolicyConfig;
+use crate::daemon::pipeline::admit::CorralService;
 use crate::daemon::pipeline::audit::Audit;
 use crate::daemon::pipeline::inflight::InFlight;
 use crate::daemon::pipeline::route::Executor;
-use crate::daemon::rpc::service::CorralService;
 use crate::daemon::serve::config::{Config, ListenAddr};
 use crate::daemon::serve::listener;
 use crate::daemon::serve::startup;
