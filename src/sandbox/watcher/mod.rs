@@ -33,18 +33,37 @@
 //! Sweeps (the rescans, a call's final scan) only take away what an event attributed to the
 //! sandbox. Without attribution (an unprivileged daemon) every creation counts as the
 //! sandbox's, nothing is stopped, and the sweeps look at every guarded path, as before H27.
+//!
+//! This file is the guard itself: [`Guard`] (the worker's, with its watches and the state every
+//! call shares) and [`CallGuard`] (one call's registration and final scan). Its parts:
+//! - `events`: the watcher thread and what it does with each event (attribution, H18's stop);
+//! - `take_away`: renaming a guarded name to quarantine and deleting the tree (H1);
+//! - `root_perms`: giving a writable root its mode and ACL back (H14);
+//! - `report`: what a call's guard found, and the lines it prints.
 
-use crate::sandbox::notify::{DirKey, Event, Notifier};
+use crate::sandbox::notify::{DirKey, Notifier};
 use crate::sandbox::policy::SandboxPolicy;
+use events::{drain, share, watch_loop};
+use root_perms::{access_acl, restore_root_acls, restore_roots_with};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use take_away::{empty_trash, sweep};
+
+mod events;
+mod report;
+mod root_perms;
+mod take_away;
+
+pub use report::{
+    GuardReport, blocked_message, not_removed_message, root_mode_message, stopped_message,
+};
 
 /// Backstop rescan interval, for anything the events missed (queue overflow, a watch lost, a
 /// guarded path whose parent was replaced).
@@ -52,109 +71,6 @@ const RESCAN: Duration = Duration::from_millis(200);
 
 /// How long the worker must be idle (no call guarded) before the watcher thread sleeps.
 const PARK_AFTER: Duration = Duration::from_secs(1);
-
-/// Attempts to take away a name that is being refilled concurrently.
-const REMOVE_ATTEMPTS: usize = 20;
-
-/// Prefix of the name a guarded path is renamed to before it is deleted.
-const QUARANTINE_PREFIX: &str = ".corral-removed-";
-
-/// The output line for a blocked creation (spec/sandbox.md §9).
-pub fn blocked_message(path: &Path) -> String {
-    format!(
-        "sandbox blocked creation of protected workspace metadata path {}",
-        path.display()
-    )
-}
-
-/// The output line when a blocked name could not be taken away.
-pub fn not_removed_message(path: &Path, cause: &str) -> String {
-    format!(
-        "sandbox blocked creation of protected workspace metadata path {} but could NOT remove \
-         it ({cause}); it is still there — remove it before running git or codex in that \
-         directory",
-        path.display()
-    )
-}
-
-/// The output line for a root whose permissions were restored.
-pub fn root_mode_message(root: &Path, mode: u32) -> String {
-    format!(
-        "sandbox blocked making writable root {} writable by other users (its mode was set \
-         back to {mode:04o})",
-        root.display()
-    )
-}
-
-/// The output line when the guard stopped the sandbox (H18).
-pub fn stopped_message(path: &Path) -> String {
-    format!(
-        "sandbox stopped every process of this session: a command created protected path {} \
-         (sandbox.md H18); later commands and patches of this session are refused — open a new \
-         session",
-        path.display()
-    )
-}
-
-/// What one call's guard found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct GuardReport {
-    /// Guarded paths that appeared and were taken away (each once, in order).
-    pub removed: Vec<PathBuf>,
-    /// Guarded paths that appeared and could not be taken away, with why.
-    pub not_removed: Vec<(PathBuf, String)>,
-    /// Roots whose group/other write bits were cleared again, with the mode restored.
-    pub roots_restored: Vec<(PathBuf, u32)>,
-    /// The sandbox was stopped because a command made this protected path (H18).
-    pub stopped: Option<PathBuf>,
-}
-
-impl GuardReport {
-    pub fn is_empty(&self) -> bool {
-        self.removed.is_empty()
-            && self.not_removed.is_empty()
-            && self.roots_restored.is_empty()
-            && self.stopped.is_none()
-    }
-
-    /// One line per finding, for the command's output.
-    pub fn lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.stopped.iter().map(|p| stopped_message(p)).collect();
-        out.extend(self.removed.iter().map(|p| blocked_message(p)));
-        out.extend(
-            self.not_removed
-                .iter()
-                .map(|(p, cause)| not_removed_message(p, cause)),
-        );
-        out.extend(
-            self.roots_restored
-                .iter()
-                .map(|(r, mode)| root_mode_message(r, *mode)),
-        );
-        out
-    }
-
-    fn merge(&mut self, other: GuardReport) {
-        for p in other.removed {
-            if !self.removed.contains(&p) {
-                self.removed.push(p);
-            }
-        }
-        for (p, c) in other.not_removed {
-            if !self.not_removed.iter().any(|(q, _)| *q == p) {
-                self.not_removed.push((p, c));
-            }
-        }
-        for (r, m) in other.roots_restored {
-            if !self.roots_restored.iter().any(|(q, _)| *q == r) {
-                self.roots_restored.push((r, m));
-            }
-        }
-        if self.stopped.is_none() {
-            self.stopped = other.stopped;
-        }
-    }
-}
 
 /// One call being guarded.
 struct Active {
@@ -413,158 +329,6 @@ fn events_complete(dir: &Path) -> bool {
     matches!(kind, EXT4 | XFS | BTRFS | TMPFS | F2FS)
 }
 
-/// Reads and handles every queued event (never blocks): marks lost watches, marks every active
-/// call dirty on an overflow or a lost watch, stops the sandbox on a creation it made (H18) and
-/// takes away the guarded names the events attribute to it, reporting them to every call
-/// guarding them. Returns whether the queue overflowed. Called with `state` locked, so an event
-/// is handled before any call can end.
-fn drain(inner: &Inner, state: &mut State, trash: &mut Vec<PathBuf>) -> bool {
-    let events = inner.notify.read();
-    if events.is_empty() {
-        return false;
-    }
-    handle_events(inner, state, &events, trash)
-}
-
-/// [`drain`]'s handling of the events read.
-fn handle_events(
-    inner: &Inner,
-    state: &mut State,
-    events: &[Event],
-    trash: &mut Vec<PathBuf>,
-) -> bool {
-    let attributed = inner.notify.attributed();
-    let mut overflow = false;
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    // The first path a command of the sandbox made (not the worker itself, PID 1: its own
-    // writes are checked before they are made).
-    let mut made_by_command: Option<PathBuf> = None;
-    let mut new_interiors: Vec<PathBuf> = Vec::new();
-    for ev in events {
-        if ev.overflowed() {
-            overflow = true;
-            continue;
-        }
-        let Some(key) = &ev.dir else { continue };
-        // Two paths may lead to one directory (a bind mount): one mark, both paths.
-        let dirs: Vec<PathBuf> = state
-            .dirs
-            .iter_mut()
-            .filter(|(_, w)| w.key == *key)
-            .map(|(d, w)| {
-                if ev.watch_lost() {
-                    w.lost = true;
-                }
-                d.clone()
-            })
-            .collect();
-        if ev.watch_lost() {
-            overflow |= !dirs.is_empty();
-            continue;
-        }
-        let by_sandbox = !attributed || ev.pid != 0;
-        // Not exclusive: the kernel merges a creation and the writes that follow it (same
-        // directory, name and process) into one event.
-        if ev.is_write() {
-            for dir in &dirs {
-                let path = dir.join(&ev.name);
-                if by_sandbox && attributed && state.host_files.contains(&path) {
-                    if ev.pid != 1 && made_by_command.is_none() {
-                        made_by_command = Some(path.clone());
-                    }
-                    state.sandbox_made.insert(path.clone());
-                    candidates.push(path);
-                }
-            }
-        }
-        // The guard's own quarantine renames (inside a host-made directory they are events of
-        // a watched directory) are not creations.
-        if !ev.is_new_entry()
-            || (ev.pid == 1 && ev.name.as_bytes().starts_with(QUARANTINE_PREFIX.as_bytes()))
-        {
-            continue;
-        }
-        for dir in dirs {
-            let path = dir.join(&ev.name);
-            let guarded = state.calls.values().any(|a| a.guarded.contains(&path));
-            let inside_host_made = state.interiors.contains(&dir);
-            if !guarded && !inside_host_made {
-                continue;
-            }
-            if !by_sandbox {
-                // H27: a host process made it; never ours to take away.
-                state.sandbox_made.remove(&path);
-                match std::fs::symlink_metadata(&path) {
-                    Ok(m) if guarded && m.is_dir() => new_interiors.push(path),
-                    // Its writes are reported through its directory's mark.
-                    Ok(m) if guarded && m.is_file() => {
-                        state.host_files.retain(|p| *p != path);
-                        state.host_files.push(path);
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if attributed && ev.pid != 1 && made_by_command.is_none() {
-                made_by_command = Some(path.clone());
-            }
-            state.sandbox_made.insert(path.clone());
-            candidates.push(path);
-        }
-    }
-    for dir in new_interiors {
-        // `arm` marks a directory that replaced a known one again (by its identity).
-        if matches!(arm(inner, state, &dir), Ok(Some(_))) && !state.interiors.contains(&dir) {
-            state.interiors.push(dir);
-        }
-    }
-    if overflow {
-        for a in state.calls.values_mut() {
-            a.dirty = true;
-        }
-    }
-    // H18: stop first, then take away — a loop that is dead cannot put the name back.
-    if let Some(path) = &made_by_command {
-        stop_sandbox();
-        lock(&inner.stopped).get_or_insert_with(|| path.clone());
-    }
-    if !candidates.is_empty() {
-        candidates.sort();
-        candidates.dedup();
-        let mut found = sweep(attributed, state, &candidates, trash);
-        found.stopped = made_by_command.clone();
-        // A guarded name that an event named and that is not there any more was moved away
-        // (or removed) at once: perhaps with its parent, to be moved back where no event of
-        // ours sees it. The calls guarding it look at every guarded path when they end.
-        for gone in candidates.iter().filter(|p| {
-            !found.removed.contains(p) && !found.not_removed.iter().any(|(q, _)| q == *p)
-        }) {
-            for a in state
-                .calls
-                .values_mut()
-                .filter(|a| a.guarded.contains(gone))
-            {
-                a.dirty = true;
-            }
-        }
-        share(state, &found, None);
-    }
-    overflow
-}
-
-/// H18: kills every process of the sandbox but the worker. The worker is PID 1 of the sandbox's
-/// own PID namespace (attributed mode requires it), so `kill(-1)` reaches exactly the processes
-/// of that namespace — every command of every call, and every process kept for the session —
-/// in one system call. A fork racing the first signal is caught by the second.
-fn stop_sandbox() {
-    debug_assert_eq!(std::process::id(), 1);
-    for _ in 0..2 {
-        // SAFETY: kill with integer arguments; from PID 1 of a PID namespace, -1 means every
-        // other process of that namespace.
-        unsafe { libc::kill(-1, libc::SIGKILL) };
-    }
-}
-
 /// One call's registration; [`CallGuard::finish`] ends it with a final scan.
 pub struct CallGuard {
     inner: Arc<Inner>,
@@ -675,387 +439,6 @@ impl Drop for CallGuard {
     }
 }
 
-fn watch_loop(inner: &Inner) {
-    // The rescan runs on a clock, not only when the events are quiet: a sandbox that keeps a watched
-    // directory busy must not postpone it (a guarded path whose parent appeared later is found
-    // by the rescan alone).
-    let mut last_rescan = Instant::now();
-    loop {
-        {
-            // Idle a while: sleep until a call begins, rather than waking for every name
-            // created in a watched directory (the watches stay) and every rescan tick.
-            let mut state = lock(&inner.state);
-            if state.calls.is_empty() && state.last_end.elapsed() >= PARK_AFTER {
-                state.parked = true;
-                while state.calls.is_empty() {
-                    state = inner.wake.wait(state).unwrap_or_else(|e| e.into_inner());
-                }
-                state.parked = false;
-            }
-        }
-        let mut fds = [libc::pollfd {
-            fd: inner.notify.fd().as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, RESCAN.as_millis() as libc::c_int) };
-        if n < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            std::thread::sleep(RESCAN);
-            continue;
-        }
-        let mut rescan = n == 0 || last_rescan.elapsed() >= RESCAN;
-        if rescan {
-            last_rescan = Instant::now();
-        }
-        // Read, sweep and report under one lock, so no call can finish between a removal and
-        // its report, nor between the read of an event and its handling; delete the
-        // quarantined trees after.
-        let mut trash = Vec::new();
-        {
-            let mut state = lock(&inner.state);
-            rescan |= drain(inner, &mut state, &mut trash);
-            if rescan && !state.calls.is_empty() {
-                let mut all: Vec<PathBuf> = state
-                    .calls
-                    .values()
-                    .flat_map(|a| a.guarded.iter().cloned())
-                    .chain(state.sandbox_made.iter().cloned())
-                    .collect();
-                all.sort();
-                all.dedup();
-                let mut found = sweep(inner.notify.attributed(), &mut state, &all, &mut trash);
-                found.roots_restored = restore_roots(&inner.roots);
-                found
-                    .roots_restored
-                    .extend(restore_root_acls(&inner.root_acls));
-                share(&mut state, &found, None);
-            }
-            lock(&inner.trash).append(&mut trash);
-        }
-        empty_trash(inner);
-    }
-}
-
-/// Adds what a sweep found to every active call (but `except`) that guards it.
-/// What the sandbox made inside a host-made guarded directory concerns every call; a stop
-/// (which killed every call's processes) too.
-fn share(state: &mut State, found: &GuardReport, except: Option<u64>) {
-    let interiors = &state.interiors;
-    let inside = |p: &PathBuf| p.parent().is_some_and(|d| interiors.iter().any(|i| i == d));
-    for (id, active) in state.calls.iter_mut() {
-        if Some(*id) == except {
-            continue;
-        }
-        let mine = GuardReport {
-            removed: found
-                .removed
-                .iter()
-                .filter(|p| active.guarded.contains(p) || inside(p))
-                .cloned()
-                .collect(),
-            not_removed: found
-                .not_removed
-                .iter()
-                .filter(|(p, _)| active.guarded.contains(p) || inside(p))
-                .cloned()
-                .collect(),
-            roots_restored: found.roots_restored.clone(),
-            stopped: found.stopped.clone(),
-        };
-        active.report.merge(mine);
-    }
-}
-
-/// Takes away every path of `paths` that exists now and — in attributed mode — that an event
-/// attributed to the sandbox (H27: what a host process made is never touched).
-///
-/// Renames happen here; the quarantined trees are returned for deletion by the caller once it
-/// has recorded the report (deleting a large tree must not hold up other calls, and a call must
-/// never finish between a removal and its report).
-fn sweep(
-    attributed: bool,
-    state: &mut State,
-    paths: &[PathBuf],
-    trash: &mut Vec<PathBuf>,
-) -> GuardReport {
-    let mut report = GuardReport::default();
-    for p in paths {
-        if attributed && !state.sandbox_made.contains(p) {
-            continue;
-        }
-        match take_away(p, trash) {
-            // Gone: whatever appears there next comes with an event of its own.
-            Ok(false) => {
-                state.sandbox_made.remove(p);
-            }
-            Ok(true) => {
-                state.sandbox_made.remove(p);
-                report.removed.push(p.clone());
-            }
-            Err(cause) => report.not_removed.push((p.clone(), cause)),
-        }
-    }
-    report
-}
-
-/// Whether `path` exists. Only "no such entry" (or a parent that is not a directory) counts as
-/// absent: a path that cannot be looked at (a parent made unsearchable) may be there, and is
-/// reported as not taken away rather than as nothing found.
-fn exists(path: &Path) -> Result<bool, String> {
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => Ok(false),
-        Err(e) => Err(format!("cannot check whether it is there: {e}")),
-    }
-}
-
-/// Takes `path` away: renamed to a quarantine name in the same directory (pushed on `trash`
-/// for [`delete_tree`]). `Ok(true)`: it was there and is gone; `Ok(false)`: it was not there;
-/// `Err`: it is still there, and why. A tree that cannot be deleted after the rename is
-/// harmless (its name is not one git or codex looks for) and is not an error.
-fn take_away(path: &Path, trash: &mut Vec<PathBuf>) -> Result<bool, String> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let (Some(dir), Some(_)) = (path.parent(), path.file_name()) else {
-        return Ok(false);
-    };
-    let mut found = false;
-    let mut last_error = String::new();
-    for _ in 0..REMOVE_ATTEMPTS {
-        if !exists(path)? {
-            return Ok(found);
-        }
-        found = true;
-        let quarantine = dir.join(format!(
-            "{QUARANTINE_PREFIX}{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        match rename_noreplace(path, &quarantine) {
-            Ok(()) => {
-                trash.push(quarantine);
-                continue;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(found),
-            Err(e)
-                if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
-                    && let Some(restore) = make_owner_writable(dir) =>
-            {
-                // The sandbox removed the write bit of the directory itself; its owner (us)
-                // may put it back for the rename.
-                let r = rename_noreplace(path, &quarantine);
-                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(restore));
-                match r {
-                    Ok(()) => trash.push(quarantine),
-                    Err(e) => last_error = e.to_string(),
-                }
-            }
-            Err(e) => last_error = e.to_string(),
-        }
-    }
-    if !exists(path)? {
-        return Ok(found);
-    }
-    Err(if last_error.is_empty() {
-        "it kept being recreated".into()
-    } else {
-        last_error
-    })
-}
-
-/// `renameat2(RENAME_NOREPLACE)`: never clobbers an existing quarantine name.
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    let (f, t) = (
-        std::ffi::CString::new(from.as_os_str().as_bytes())?,
-        std::ffi::CString::new(to.as_os_str().as_bytes())?,
-    );
-    // SAFETY: renameat2 with valid C strings. The raw syscall: musl (the static build) has no
-    // wrapper for it.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Adds the owner's write and search bits to `dir` when we own it; returns its old mode.
-fn make_owner_writable(dir: &Path) -> Option<u32> {
-    let meta = std::fs::symlink_metadata(dir).ok()?;
-    // SAFETY: geteuid cannot fail.
-    if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
-        return None;
-    }
-    let old = meta.mode() & 0o7777;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(old | 0o700)).ok()?;
-    Some(old)
-}
-
-/// Deletes every pending quarantined tree; one that cannot be deleted yet stays pending for
-/// the next sweep or the next finishing call. Never called with `state` locked.
-fn empty_trash(inner: &Inner) {
-    let _one_deleter = lock(&inner.deleting);
-    let pending = std::mem::take(&mut *lock(&inner.trash));
-    let left: Vec<PathBuf> = pending
-        .into_iter()
-        .filter(|t| {
-            delete_tree(t);
-            std::fs::symlink_metadata(t).is_ok()
-        })
-        .collect();
-    lock(&inner.trash).extend(left);
-}
-
-/// Deletes a quarantined tree: every directory in it is first given its owner's rwx back (a
-/// `0555` tree cannot be emptied otherwise), never following a symlink.
-fn delete_tree(path: &Path) {
-    fn open_up(dir: &Path) {
-        let Ok(meta) = std::fs::symlink_metadata(dir) else {
-            return;
-        };
-        if !meta.is_dir() {
-            return;
-        }
-        let _ = std::fs::set_permissions(
-            dir,
-            std::fs::Permissions::from_mode((meta.mode() & 0o7777) | 0o700),
-        );
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.flatten() {
-                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    open_up(&e.path());
-                }
-            }
-        }
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => {
-            open_up(path);
-            // std's remove_dir_all works through O_NOFOLLOW directory descriptors, so a
-            // symlink planted inside the tree cannot redirect the deletion.
-            with_writable_parent(path, || std::fs::remove_dir_all(path));
-        }
-        Ok(_) => with_writable_parent(path, || std::fs::remove_file(path)),
-        Err(_) => {}
-    }
-}
-
-/// Runs `remove`; when it is refused because the sandbox took the write bit off the
-/// quarantine's directory (ours), runs it once more with the bit back, then restores the
-/// directory's mode exactly as the sandbox left it.
-fn with_writable_parent(path: &Path, remove: impl Fn() -> io::Result<()>) {
-    let refused =
-        |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM));
-    match remove() {
-        Err(e) if refused(&e) => {
-            if let Some(dir) = path.parent()
-                && let Some(mode) = make_owner_writable(dir)
-            {
-                let _ = remove();
-                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode));
-            }
-        }
-        _ => {}
-    }
-}
-
-/// H14: clears group/other write bits a root gained since the worker started.
-fn restore_roots(roots: &[(PathBuf, u32)]) -> Vec<(PathBuf, u32)> {
-    restore_roots_with(roots, |root| std::fs::symlink_metadata(root).ok())
-}
-
-/// The access ACL xattr a root's ACL entries live in.
-const ACCESS_ACL: &std::ffi::CStr = c"system.posix_acl_access";
-
-/// `root`'s access ACL, `None` when it has none (or it cannot be read: then it is not
-/// restored either).
-fn access_acl(root: &Path) -> Option<Vec<u8>> {
-    let c = std::ffi::CString::new(root.as_os_str().as_bytes()).ok()?;
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: a valid path and attribute name; the buffer's length is passed with it.
-    let n = unsafe {
-        libc::lgetxattr(
-            c.as_ptr(),
-            ACCESS_ACL.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
-    Some(buf)
-}
-
-/// H14 for ACLs: puts back each root's access ACL as the worker found it (removes one the
-/// root did not have). Reports the roots whose ACL changed, with their mode now.
-fn restore_root_acls(roots: &[(PathBuf, Option<Vec<u8>>)]) -> Vec<(PathBuf, u32)> {
-    let mut restored = Vec::new();
-    for (root, original) in roots {
-        let now = access_acl(root);
-        if now == *original {
-            continue;
-        }
-        let Ok(c) = std::ffi::CString::new(root.as_os_str().as_bytes()) else {
-            continue;
-        };
-        // SAFETY: a valid path and attribute name; the value is a byte slice with its length.
-        let ok = unsafe {
-            match original {
-                Some(v) => libc::lsetxattr(
-                    c.as_ptr(),
-                    ACCESS_ACL.as_ptr(),
-                    v.as_ptr().cast(),
-                    v.len(),
-                    0,
-                ),
-                None => libc::lremovexattr(c.as_ptr(), ACCESS_ACL.as_ptr()),
-            }
-        } == 0;
-        if ok && let Ok(m) = std::fs::symlink_metadata(root) {
-            restored.push((root.clone(), m.mode() & 0o7777));
-        }
-    }
-    restored
-}
-
-/// [`restore_roots`] with each root's current metadata from `stat` (a finishing call has most
-/// of them already).
-fn restore_roots_with(
-    roots: &[(PathBuf, u32)],
-    stat: impl Fn(&Path) -> Option<std::fs::Metadata>,
-) -> Vec<(PathBuf, u32)> {
-    let mut restored = Vec::new();
-    for (root, original) in roots {
-        let Some(meta) = stat(root) else {
-            continue;
-        };
-        let now = meta.mode() & 0o7777;
-        let gained = now & 0o022 & !original;
-        if gained != 0 {
-            let back = now & !gained;
-            if std::fs::set_permissions(root, std::fs::Permissions::from_mode(back)).is_ok() {
-                restored.push((root.clone(), back));
-            }
-        }
-    }
-    restored
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere must not stop removals or reporting.
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -1064,28 +447,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
-    use std::sync::atomic::AtomicUsize;
-
-    struct Scratch(PathBuf);
-    impl Scratch {
-        fn new() -> Self {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let p = std::env::temp_dir().join(format!(
-                "corral-watch-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::SeqCst)
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).unwrap();
-            Scratch(p)
-        }
-    }
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            delete_tree(&self.0);
-        }
-    }
+    use crate::sandbox::notify::Event;
+    use crate::sandbox::testutil::TempDir;
+    use events::handle_events;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use take_away::QUARANTINE_PREFIX;
 
     fn names(root: &Path) -> Vec<PathBuf> {
         [".git", ".codex", ".agents", "HEAD"]
@@ -1121,8 +487,8 @@ mod tests {
         // make the gitdir inside it (our watch on `sub` names `sub/wt`, which is not there),
         // give the thread time to look, move `sub` back (no event names `sub/wt`).
         for settle in [Duration::from_millis(50), Duration::ZERO] {
-            let s = Scratch::new();
-            let root = s.0.join("root");
+            let s = TempDir::new("watch");
+            let root = s.path().join("root");
             std::fs::create_dir_all(root.join("sub")).unwrap();
             let wt = root.join("sub/wt");
             let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
@@ -1143,23 +509,10 @@ mod tests {
     }
 
     #[test]
-    fn only_a_missing_entry_counts_as_absent() {
-        let s = Scratch::new();
-        std::fs::write(s.0.join("file"), "f").unwrap();
-        assert_eq!(exists(&s.0.join("file")), Ok(true));
-        assert_eq!(exists(&s.0.join("none")), Ok(false));
-        // A parent that is a file: the path cannot exist.
-        assert_eq!(exists(&s.0.join("file/x")), Ok(false));
-        // A name longer than any file system allows cannot be checked: not "absent".
-        let long = s.0.join("n".repeat(300));
-        assert!(exists(&long).is_err(), "{:?}", exists(&long));
-    }
-
-    #[test]
     fn removes_created_names_without_following_symlinks() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
-        let outside = s.0.join("outside");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
+        let outside = s.path().join("outside");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("keep"), "k").unwrap();
@@ -1201,8 +554,8 @@ mod tests {
     /// `.git`, and a root directory made 0555 on top.
     #[test]
     fn a_write_protected_tree_moved_onto_the_name_is_still_taken_away() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         let call = guard.begin(&names(&root)).unwrap();
@@ -1232,8 +585,8 @@ mod tests {
 
     #[test]
     fn existing_names_and_nested_names_are_left_alone() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(root.join(".git")).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         let call = guard.begin(&names(&root)).unwrap();
@@ -1250,8 +603,8 @@ mod tests {
 
     #[test]
     fn final_scan_catches_a_late_creation_and_calls_share_one_instance() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         let first = guard.begin(&names(&root)).unwrap();
@@ -1272,8 +625,8 @@ mod tests {
 
     #[test]
     fn hard_link_onto_a_name_is_removed_but_the_original_kept() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("file"), "f").unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
@@ -1287,8 +640,8 @@ mod tests {
     /// H14: a root opened to other users during a call gets its mode back.
     #[test]
     fn a_root_made_world_writable_is_restored() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o750)).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
@@ -1305,8 +658,8 @@ mod tests {
     /// watcher thread or the final scan handles its event first.
     #[test]
     fn a_name_created_just_before_the_end_is_always_taken_away() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("file"), "f").unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
@@ -1335,14 +688,14 @@ mod tests {
     /// during a call makes the final scan look at every guarded path.
     #[test]
     fn a_replaced_root_is_still_guarded() {
-        let s = Scratch::new();
-        let root = s.0.join("a/root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("a/root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
 
         // Between calls.
-        std::fs::rename(s.0.join("a"), s.0.join("old1")).unwrap();
+        std::fs::rename(s.path().join("a"), s.path().join("old1")).unwrap();
         std::fs::create_dir_all(&root).unwrap();
         let ino = std::fs::metadata(&root).unwrap().ino();
         let call = guard.begin(&names(&root)).unwrap();
@@ -1361,7 +714,7 @@ mod tests {
 
         // During a call, finishing at once (before any rescan).
         let call = guard.begin(&names(&root)).unwrap();
-        std::fs::rename(s.0.join("a"), s.0.join("old2")).unwrap();
+        std::fs::rename(s.path().join("a"), s.path().join("old2")).unwrap();
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir(root.join(".git")).unwrap();
         assert_eq!(call.finish().removed, vec![root.join(".git")]);
@@ -1373,8 +726,8 @@ mod tests {
     /// its events arrive (no full scan needed).
     #[test]
     fn a_recreated_root_is_watched_again() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
@@ -1403,8 +756,8 @@ mod tests {
     /// path at their end, so a name whose event was lost is still taken away.
     #[test]
     fn a_lost_event_after_an_overflow_is_caught_by_the_final_scan() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         let call = guard.begin(&names(&root)).unwrap();
@@ -1438,8 +791,8 @@ mod tests {
     /// directories between calls); the next call wakes it, and removal is immediate again.
     #[test]
     fn the_parked_watcher_wakes_for_the_next_call() {
-        let s = Scratch::new();
-        let root = s.0.join("root");
+        let s = TempDir::new("watch");
+        let root = s.path().join("root");
         std::fs::create_dir_all(&root).unwrap();
         let guard = Guard::for_roots(std::slice::from_ref(&root)).unwrap();
         assert!(guard.begin(&names(&root)).unwrap().finish().is_empty());
@@ -1463,15 +816,15 @@ mod tests {
 
     #[test]
     fn events_are_trusted_on_local_filesystems_only() {
-        let s = Scratch::new();
+        let s = TempDir::new("watch");
         let kind = std::process::Command::new("stat")
             .args(["-f", "-c", "%t"])
-            .arg(&s.0)
+            .arg(s.path())
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
         if ["ef53", "58465342", "9123683e", "1021994", "f2f52010"].contains(&kind.as_str()) {
-            assert!(events_complete(&s.0));
+            assert!(events_complete(s.path()));
         }
         assert!(!events_complete(Path::new("/proc/self")));
         assert!(!events_complete(Path::new("/nonexistent-corral-dir")));
