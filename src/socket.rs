@@ -15,6 +15,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The system daemon's socket.
+/// Where a client takes its bearer token from when `--token` is not given (TCP only); the
+/// daemon's start-up block names it in the command it prints.
+pub const TOKEN_ENV: &str = "CORRAL_TOKEN";
+
 pub const SYSTEM_SOCKET: &str = "/run/corral/corral.sock";
 /// The environment variable naming the socket (any address form clients accept).
 pub const SOCKET_ENV: &str = "CORRAL_SOCKET";

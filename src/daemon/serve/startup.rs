@@ -156,7 +156,7 @@ fn try_line(bin: &str, config: &Config, bound: &ListenAddr) -> (String, Option<S
                 }
                 let mut how = format!(
                     "list-dir needs a credential: {}=<a token whose SHA-256 is in [[tokens]]>",
-                    crate::client::TOKEN_ENV
+                    crate::socket::TOKEN_ENV
                 );
                 if config.tls.client_ca.is_some() {
                     how.push_str(

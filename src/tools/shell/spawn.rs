@@ -22,6 +22,10 @@
 //!
 //! Resource limits, Landlock, seccomp, namespaces and credentials are the worker's and are
 //! inherited as before; nothing is set per command.
+//!
+//! unified_exec's processes do not start here: a PTY must become its new session's controlling
+//! terminal (`TIOCSCTTY`), which `posix_spawn` cannot do, so they keep a `pre_exec` hook
+//! (tools/unified_exec/process/spawn.rs).
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};

@@ -2,7 +2,7 @@
 //! session's sandbox and returns its output so far; a process still running stays alive under a
 //! session id, and `write_stdin` writes to it and returns what it printed since.
 //!
-//! Plain Rust, no gRPC: `process.rs` runs one process (reader thread, tree, guard),
+//! Plain Rust, no gRPC: `process/` runs one process (reader thread, tree, guard),
 //! `buffer.rs` keeps its output (head+tail, sequence-numbered), `table.rs` is a session's
 //! process table, `output.rs` the model text. The worker keeps one table per session in
 //! [`sessions`], and kills a session's processes when the session closes.

@@ -15,18 +15,26 @@
 //! tree's filesystem once (`syncfs`) before the tree is; the parent directory is flushed after
 //! the rename. So a crash never leaves a half-written file under the final name, and a write
 //! error the disk reports late (a full disk, EIO) fails the transfer before anything changes.
+//!
+//! Three rooms: this file is the [`Receiver`] and the stream's order (root entry first, entries
+//! below it, data after its file entry, the end) with the refusals a client can get;
+//! `staging.rs` makes and fills the staging on disk; `place.rs` renames it into place at the end,
+//! or removes it when the receiver is dropped unfinished.
+
+mod place;
+mod staging;
 
 use super::destination::{Destination, Existing};
 use super::fsx;
 use super::{Entry, Kind, Summary, check_mode, default_mode, shown, sys_error};
 use crate::tools::{ErrorKind, ToolError};
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
+use staging::{Made, close_file, create_file, walk};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 /// A file being filled.
@@ -232,65 +240,6 @@ impl Receiver {
         Ok(())
     }
 
-    /// Makes the staging of a file or a tree under a fresh name and locks it. A remover of
-    /// stagings left behind can take one in the instant between its making and its lock (and
-    /// removes it): then another name is tried.
-    fn make_staging(&self, kind: Kind, size: u64) -> Result<(OsString, Made), ToolError> {
-        let parent = self.dest.parent.as_fd();
-        for _ in 0..3 {
-            let staged = fsx::staging_name(&self.dest.name, "upload");
-            let at = self
-                .dest
-                .path
-                .parent()
-                .unwrap_or(Path::new("/"))
-                .join(&staged);
-            let made = if kind == Kind::Directory {
-                mkdirat(parent, staged.as_os_str(), Mode::from_bits_truncate(0o700))
-                    .map_err(|e| sys_error("cannot create directory", &at, e))?;
-                match fsx::open_dir(parent, &staged) {
-                    Ok(fd) => Made::Tree(fd),
-                    Err(e) => {
-                        let _ = fsx::remove_tree(parent, &staged);
-                        return Err(changed(&at, e));
-                    }
-                }
-            } else {
-                let file = create_file(parent, &staged, &at, size)?;
-                match file.try_clone() {
-                    Ok(lock) => Made::File { file, lock },
-                    Err(e) => {
-                        drop(file);
-                        let _ = fsx::remove_tree(parent, &staged);
-                        return Err(super::io_error("cannot keep open", &at, e));
-                    }
-                }
-            };
-            let fd = match &made {
-                Made::File { lock, .. } => lock.as_fd(),
-                Made::Tree(root) => root.as_fd(),
-            };
-            match hold(parent, &staged, fd) {
-                Ok(()) => return Ok((staged, made)),
-                // Taken: its remover removes it.
-                Err(None) => continue,
-                Err(Some(e)) => {
-                    drop(made);
-                    let _ = fsx::remove_tree(parent, &staged);
-                    return Err(sys_error("cannot lock", &at, e));
-                }
-            }
-        }
-        Err(ToolError::new(
-            ErrorKind::Aborted,
-            format!(
-                "the staging beside {} was taken away three times as it was made (another \
-                 transfer there removing what it took for leftovers); nothing was changed, retry",
-                self.dest.path.display()
-            ),
-        ))
-    }
-
     /// An entry below the root of a tree.
     fn child(&mut self, entry: Entry) -> Result<(), ToolError> {
         let Stage::Tree {
@@ -448,163 +397,6 @@ impl Receiver {
         self.stage = Stage::Empty;
         Ok(std::mem::take(&mut self.summary))
     }
-
-    /// Renames `staged` to the destination: exclusively when nothing is there (or overwrite is
-    /// off), over a non-directory, or swapped with a directory whose old tree is then removed.
-    fn place(&mut self, staged: &OsStr, kind: Kind) -> Result<(), ToolError> {
-        let parent = self.dest.parent.as_fd();
-        let name = self.dest.name.as_os_str();
-        let path = self.dest.path.clone();
-        let existing = self.dest.existing()?;
-        match existing {
-            None => fsx::rename_noreplace(parent, staged, name, kind == Kind::Directory).map_err(
-                |e| match e {
-                    Errno::EEXIST | Errno::ENOTEMPTY => ToolError::new(
-                        ErrorKind::AlreadyExists,
-                        format!(
-                            "{} appeared while the transfer ran; nothing was changed",
-                            path.display()
-                        ),
-                    ),
-                    e => sys_error("cannot rename into place", &path, e),
-                },
-            )?,
-            Some(existing) if !self.overwrite => return Err(already_exists(&path, &existing)),
-            Some(existing) if !existing.replaceable_by(kind) => {
-                return Err(kind_mismatch(&path, &existing, kind));
-            }
-            Some(_) if kind != Kind::Directory => {
-                nix::fcntl::renameat(parent, staged, parent, name)
-                    .map_err(|e| sys_error("cannot rename into place", &path, e))?
-            }
-            Some(_) => match fsx::exchange(parent, staged, name) {
-                Some(result) => {
-                    result.map_err(|e| sys_error("cannot swap into place", &path, e))?;
-                    // The staging name now holds the old tree; the new one is in place.
-                    self.remove_old(staged);
-                }
-                None => {
-                    // No RENAME_EXCHANGE here: move the old tree aside, then the new one in.
-                    let aside = fsx::staging_name(name, "old");
-                    nix::fcntl::renameat(parent, name, parent, aside.as_os_str())
-                        .map_err(|e| sys_error("cannot move aside", &path, e))?;
-                    if let Err(e) = nix::fcntl::renameat(parent, staged, parent, name) {
-                        let _ = nix::fcntl::renameat(parent, aside.as_os_str(), parent, name);
-                        return Err(sys_error("cannot rename into place", &path, e));
-                    }
-                    self.remove_old(&aside);
-                }
-            },
-        }
-        // The rename is durable before the call answers.
-        let _ = nix::unistd::fsync(parent);
-        Ok(())
-    }
-
-    /// Removes a replaced tree. The new one is in place already, so a failure here is only
-    /// reported, not an error of the transfer.
-    fn remove_old(&self, name: &OsStr) {
-        if let Err(e) = fsx::remove_tree(self.dest.parent.as_fd(), name) {
-            eprintln!(
-                "corral: the replaced tree of {} could not be removed completely ({e}); its \
-                 rest is at {}",
-                self.dest.path.display(),
-                self.dest
-                    .path
-                    .parent()
-                    .unwrap_or(Path::new("/"))
-                    .join(name)
-                    .display()
-            );
-        }
-    }
-}
-
-impl Drop for Receiver {
-    /// An unfinished transfer leaves nothing behind.
-    fn drop(&mut self) {
-        let stage = std::mem::replace(&mut self.stage, Stage::Empty);
-        let Some(staged) = stage.staged().map(OsStr::to_os_string) else {
-            return;
-        };
-        // Close everything of the staging first.
-        drop(stage);
-        let _ = fsx::remove_tree(self.dest.parent.as_fd(), &staged);
-    }
-}
-
-/// A staging just made, open.
-enum Made {
-    /// The file being filled, and a second descriptor of it that holds the lock after the
-    /// first is closed.
-    File { file: File, lock: File },
-    /// The staged root directory, which holds the lock.
-    Tree(OwnedFd),
-}
-
-/// Locks a staging just made (`fsx::lock_staging`) and checks its name is still the thing
-/// locked. `Err(None)`: a remover took it meanwhile (nothing to remove here then);
-/// `Err(Some(e))`: the lock or the check failed otherwise.
-fn hold(parent: BorrowedFd<'_>, staged: &OsStr, fd: BorrowedFd<'_>) -> Result<(), Option<Errno>> {
-    match fsx::lock_staging(fd) {
-        Ok(()) => {}
-        Err(Errno::EWOULDBLOCK) => return Err(None),
-        Err(e) if fsx::locks_unsupported(e) => {}
-        Err(e) => return Err(Some(e)),
-    }
-    let held = nix::sys::stat::fstat(fd).map_err(Some)?;
-    match fsx::lstat_at(parent, staged) {
-        Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => Ok(()),
-        _ => Err(None),
-    }
-}
-
-/// Creates a staged file exclusively (owner-only until its final mode), and reserves its size
-/// so a disk that cannot hold it says so before any data is sent.
-fn create_file(dir: impl AsFd, name: &OsStr, shown: &Path, size: u64) -> Result<File, ToolError> {
-    let dir = dir.as_fd();
-    let fd = openat(
-        dir,
-        name,
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
-    )
-    .map_err(|e| sys_error("cannot create", shown, e))?;
-    if size > 0 {
-        let len = libc::off_t::try_from(size).unwrap_or(libc::off_t::MAX);
-        // SAFETY: fallocate on a descriptor we own.
-        let rc = unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&fd), 0, 0, len) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            // Filesystems without fallocate simply get the data.
-            if !matches!(
-                err.raw_os_error(),
-                Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
-            ) {
-                // Nothing holds the new file yet: take it away here.
-                let _ = nix::unistd::unlinkat(dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
-                return Err(super::io_error("cannot reserve space for", shown, err));
-            }
-        }
-    }
-    Ok(File::from(fd))
-}
-
-/// Checks a file got all its bytes and gives it its final mode.
-fn close_file(f: Filling, base: &Path) -> Result<File, ToolError> {
-    let path = shown(base, &f.path);
-    if f.written != f.size {
-        return Err(ToolError::invalid(format!(
-            "{}: {} of its {} bytes were sent before the next entry or the end; nothing was \
-             written",
-            path.display(),
-            f.written,
-            f.size
-        )));
-    }
-    fchmod(&f.file, Mode::from_bits_truncate(f.mode))
-        .map_err(|e| sys_error("cannot set the mode of", &path, e))?;
-    Ok(f.file)
 }
 
 /// Splits an entry path below the root into its parent ("" for the root) and its name, refusing
@@ -632,15 +424,6 @@ fn split_entry_path(path: &str) -> Result<(&str, &str), ToolError> {
         Some((parent, name)) => (parent, name),
         None => ("", path),
     })
-}
-
-/// Opens directory `rel` below `root`, never through a symlink.
-fn walk(root: std::os::fd::BorrowedFd<'_>, rel: &str) -> nix::Result<OwnedFd> {
-    let mut fd = nix::unistd::dup(root)?;
-    for name in rel.split('/').filter(|c| !c.is_empty()) {
-        fd = fsx::open_dir(&fd, OsStr::new(name))?;
-    }
-    Ok(fd)
 }
 
 fn already_exists(path: &Path, existing: &Existing) -> ToolError {
