@@ -7,6 +7,7 @@
 
 pub mod caps;
 pub mod cgroup;
+pub mod confinement;
 pub mod error;
 mod git_exec;
 pub mod identity;

@@ -99,7 +99,7 @@ fn local_peer_may_connect(local: SocketAddr, peer: SocketAddr) -> Result<(), Str
     // Only this user's processes' descriptors are readable to a front that is not root; a
     // root front checks the owner (is_sandboxed refuses another uid).
     match loopback_peer_pid(local, peer) {
-        Some(pid) if !crate::daemon::caller::peer::is_sandboxed(Some(pid), uid) => Ok(()),
+        Some(pid) if !crate::sandbox::confinement::is_sandboxed(Some(pid), uid) => Ok(()),
         Some(pid) => Err(format!(
             "the connecting process ({pid}) runs in a sandbox; a sandboxed process gets no \
              session through this front (spec/sandbox.md H19)"
