@@ -1,17 +1,33 @@
 //! corral: a sandboxed tool-execution daemon serving coding-agent tools over gRPC.
 //!
-//! Layers (DESIGN.md §4): `tools` is plain Rust (arguments in, text out); `sandbox` confines a
-//! process; `worker` runs tools inside a confined process; `bridge` is the model-facing surface;
-//! `daemon` composes them behind gRPC; `client` is the thin CLI client.
+//! Layers (docs/ARCHITECTURE.md, DESIGN.md §4): `tools` is plain Rust (arguments in, text
+//! out); `sandbox` confines a process; `worker` runs tools inside a confined process; `wire`
+//! is what daemon and worker say to each other; `bridge` is the model-facing surface; `daemon`
+//! composes them behind gRPC; `client` is the thin CLI client and its fronts (MCP,
+//! exec-server). Only the entry points below are public: everything else is crate-private, so
+//! the compiler reports what nothing uses.
 
-pub mod bridge;
+mod bridge;
 pub mod client;
-pub mod daemon;
-pub mod sandbox;
-pub mod socket;
+mod daemon;
+mod sandbox;
+mod socket;
 pub mod tools;
-pub mod wire;
-pub mod worker;
+mod wire;
+mod worker;
+
+// The binary's entry points: `corral serve`, the worker and resolver re-execs.
+pub use daemon::serve::config::{Config, LogFormat, ServeArgs};
+pub use daemon::serve::listener::from_socket_activation;
+pub use daemon::serve::server::serve;
+pub use wire::frame::tune_allocator;
+pub use worker::resolve::resolve_main;
+pub use worker::serve::worker_main;
+
+// What the black-box tests check against the daemon's own rules.
+pub use daemon::caller::auth::token_hash;
+pub use sandbox::cgroup::default_limit_bytes;
+pub use socket::check_client;
 
 /// Generated protobuf and gRPC code; module nesting mirrors the proto packages.
 pub mod pb {

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use corral::client::{self, ClientCommand};
-use corral::daemon::serve::config::{Config, LogFormat, ServeArgs};
+use corral::{Config, LogFormat, ServeArgs};
 
 mod http2_log;
 
@@ -63,11 +63,9 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Worker | Command::Spare => {
-            std::process::ExitCode::from(corral::worker::serve::worker_main() as u8)
+            std::process::ExitCode::from(corral::worker_main() as u8)
         }
-        Command::Resolve => {
-            std::process::ExitCode::from(corral::worker::resolve::resolve_main() as u8)
-        }
+        Command::Resolve => std::process::ExitCode::from(corral::resolve_main() as u8),
         Command::Client(cmd) => {
             // `corral list-dir . | head`: a reader that goes away ends the command quietly, as
             // for any Unix filter (Rust ignores SIGPIPE, so a print would panic). `corral mcp`
@@ -103,7 +101,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> std::process::ExitCode {
-    corral::wire::frame::tune_allocator();
+    corral::tune_allocator();
     // A config that --check-config passes also starts: both run the same checks.
     let config = match Config::load(&args).and_then(|c| c.check_files().map(|()| c)) {
         Ok(c) => c,
@@ -120,7 +118,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
     }
     let http2_refusals = init_logging(config.log_format, &config.log_level);
     // Before any thread exists: socket activation reads and clears LISTEN_* variables.
-    let activated = match corral::daemon::serve::listener::from_socket_activation() {
+    let activated = match corral::from_socket_activation() {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("{e}");
@@ -138,7 +136,7 @@ fn serve(args: ServeArgs) -> std::process::ExitCode {
         }
     };
     rt.spawn(http2_log::report(http2_refusals));
-    match rt.block_on(corral::daemon::serve::server::serve(config, activated)) {
+    match rt.block_on(corral::serve(config, activated)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -225,7 +225,7 @@ async fn a_spare_worker_serves_one_user_once_and_is_replaced() {
         let sandboxed = children_with_arg(first, "__worker");
         assert_eq!(memory_cgroup(sandboxed[0]).as_ref(), Some(&cg));
         // The kernel rounds a limit down to whole pages.
-        let want = corral::sandbox::cgroup::default_limit_bytes();
+        let want = corral::default_limit_bytes();
         let got = memory_limit(&cg).unwrap_or(0);
         assert!(
             got <= want && want - got < 64 << 10,

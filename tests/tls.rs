@@ -121,7 +121,7 @@ async fn start() -> TlsDaemon {
     let pki = outside();
     let p = pki.path();
     make_pki(p);
-    let token_hash = corral::daemon::caller::auth::token_hash("token-123");
+    let token_hash = corral::token_hash("token-123");
     let config = format!(
         "[tls]\ncert = \"{0}/server.pem\"\nkey = \"{0}/server.key\"\nclient_ca = \"{0}/ca.pem\"\n\
          [[tls.clients]]\nname = \"alice\"\nuser = \"root\"\n\
@@ -466,7 +466,7 @@ async fn the_printed_try_line_works_against_a_tls_daemon() {
         "[tls]\ncert = \"{0}/self.pem\"\nkey = \"{0}/self.key\"\n\
          [[tokens]]\nname = \"ci\"\nsha256 = \"{1}\"\nuser = \"root\"\n",
         p.display(),
-        corral::daemon::caller::auth::token_hash("token-9")
+        corral::token_hash("token-9")
     );
     let d = serve(pki, &config).await;
     let line = try_line(&d);
@@ -500,8 +500,8 @@ async fn a_tcp_credential_gets_danger_full_access_only_where_its_mapping_says_so
     let p = pki.path().to_path_buf();
     make_pki(&p);
     let (ci, admin) = (
-        corral::daemon::caller::auth::token_hash("token-ci"),
-        corral::daemon::caller::auth::token_hash("token-admin"),
+        corral::token_hash("token-ci"),
+        corral::token_hash("token-admin"),
     );
     // Root may have danger-full-access at all (root_callers = trusted): what is tested is the
     // credential's mapping.

@@ -263,6 +263,7 @@ pub fn tool_names() -> Vec<&'static str> {
     ToolSet::sessionless().names()
 }
 
+#[cfg(test)]
 /// The JSON array for the API request's `tools` field without a session, leaving out the names
 /// in `exclude`.
 pub fn tool_definitions(format: ToolFormat, exclude: &[String]) -> String {

@@ -47,10 +47,10 @@ impl CommandEnd {
     }
 }
 
-/// One item of a function call output (Codex's `FunctionCallOutputContentItem`).
+/// One item of a function call output (Codex's `FunctionCallOutputContentItem`; its text
+/// items go in the output text, so only images are items here).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContentItem {
-    InputText(String),
     InputImage {
         image_url: String,
         detail: Option<String>,

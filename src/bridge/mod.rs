@@ -5,11 +5,5 @@
 mod definitions;
 mod invoke;
 
-pub use definitions::{
-    ApplyPatchTool, ListedTools, ShellTool, ToolFormat, ToolSet, VIEW_IMAGE_UNSUPPORTED,
-    is_parallel_safe, list_tools, tool_definitions, tool_names, unsupported_call,
-};
-pub use invoke::{
-    ContentItem, InvokeOutcome, ShellCommand, ToolEffects, intercept_apply_patch,
-    intercepts_apply_patch, invoke, is_shell_tool, tool_effects,
-};
+pub use definitions::{ApplyPatchTool, ShellTool, ToolFormat, ToolSet, list_tools, tool_names};
+pub use invoke::{ContentItem, intercepts_apply_patch, invoke, is_shell_tool, tool_effects};

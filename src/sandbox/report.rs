@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
 use crate::sandbox::error::LayerError;
 
 /// The confinement layers, in the order the worker applies them (spec/sandbox.md §3.1).
@@ -140,6 +141,7 @@ impl LayerReport {
         }
     }
 
+    #[cfg(test)]
     /// Turns a setup failure into a degraded report, if the layer may be degraded at all.
     /// The caller checks the operator's list; this only refuses the layers §6 never allows
     /// to be missing, returning the original error for them (fail closed).
@@ -155,6 +157,7 @@ impl LayerReport {
         })
     }
 
+    #[cfg(test)]
     /// Whether the layer is (at least partly) in force.
     pub fn is_in_force(&self) -> bool {
         matches!(

@@ -345,7 +345,6 @@ fn content_item(item: bridge::ContentItem) -> api::OutputContentItem {
     use api::output_content_item::Item;
     api::OutputContentItem {
         item: Some(match item {
-            bridge::ContentItem::InputText(text) => Item::InputText(text),
             bridge::ContentItem::InputImage { image_url, detail } => {
                 Item::InputImage(api::InputImage {
                     image_url,

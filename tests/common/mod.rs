@@ -365,7 +365,7 @@ fn connect_on_this_thread_as(
         }
     }
     if check {
-        corral::socket::check_client(socket, uid).map_err(std::io::Error::other)?;
+        corral::check_client(socket, uid).map_err(std::io::Error::other)?;
     }
     std::os::unix::net::UnixStream::connect(socket)
 }

@@ -373,6 +373,7 @@ impl SessionStore {
         self.table().len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

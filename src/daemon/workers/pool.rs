@@ -80,7 +80,6 @@ pub struct Worker {
     hangup: std::os::unix::net::UnixStream,
     /// What the worker reported about each sandbox layer.
     pub layers: Vec<api::Layer>,
-    pid: Option<u32>,
     /// The protected path whose creation stopped this worker's sandbox (H18), once reported.
     stopped: Arc<Mutex<Option<PathBuf>>>,
 }
@@ -182,10 +181,6 @@ impl Spare {
     fn is_dead(&self) -> bool {
         hung_up(&self.ours)
     }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.id()
-    }
 }
 
 impl Worker {
@@ -257,7 +252,6 @@ impl Worker {
             }
         };
 
-        let pid = child.id();
         metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
@@ -393,7 +387,6 @@ impl Worker {
             dead,
             hangup,
             layers,
-            pid,
             stopped,
         }))
     }
@@ -411,10 +404,6 @@ impl Worker {
     /// it the call would be sent to the dead worker and fail, rather than start a new one.
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::SeqCst) || hung_up(&self.hangup)
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.pid
     }
 
     /// Sends a call; replies arrive on the returned receiver (several for a streaming call, the

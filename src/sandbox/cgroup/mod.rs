@@ -1,6 +1,7 @@
 //! Per-worker memory limits (spec/sandbox.md §8.6, H11): each worker and everything it runs
 //! lives in its own memory cgroup, so no tool call can take the host's memory. Without a cgroup,
-//! [`rlimit_fallback`] gives a per-process ceiling instead.
+//! the daemon sets the worker's `RLIMIT_DATA` instead (`ResourceLimits::data_bytes`, applied by
+//! `sandbox::limits`): a per-process ceiling.
 //!
 //! And a per-worker process limit (H21): `pids.max` in the worker's cgroup (v2) or in a cgroup
 //! of the same name in the v1 `pids` hierarchy, because `RLIMIT_NPROC` does not bind uid 0 — a
@@ -115,16 +116,19 @@ impl MemoryCgroups {
         Err(format!("no memory cgroup available: v2: {v2}; v1: {v1}"))
     }
 
+    #[cfg(test)]
     /// Whether workers also get a `pids.max` (H21); else only `RLIMIT_NPROC`, which does not
     /// bind root.
     pub fn limits_processes(&self) -> bool {
         self.pids.is_some()
     }
 
+    #[cfg(test)]
     pub fn version(&self) -> CgroupVersion {
         self.version
     }
 
+    #[cfg(test)]
     /// This daemon's directory (`.../corral-workers/daemon-<pid>`).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -279,41 +283,6 @@ impl Drop for MemoryCgroups {
         let _ = fs::remove_dir(&self.dir);
         if let Some(PidsHome::V1(home)) = &self.pids {
             let _ = fs::remove_dir(home);
-        }
-    }
-}
-
-/// The fallback when no cgroup can be made: `RLIMIT_DATA` (brk and private writable mappings,
-/// Linux ≥ 4.7). It bounds each process, not the worker's whole tree (`RLIMIT_NPROC` bounds how
-/// many there are). `RLIMIT_AS` is not used: it counts reserved address space, which the Go and
-/// Java runtimes and sanitizers reserve in the gigabytes without touching it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RlimitFallback {
-    pub resource: crate::sandbox::limits::Resource,
-    pub name: &'static str,
-    pub bytes: u64,
-}
-
-pub fn rlimit_fallback(limit_bytes: u64) -> RlimitFallback {
-    RlimitFallback {
-        resource: libc::RLIMIT_DATA,
-        name: "RLIMIT_DATA",
-        bytes: limit_bytes,
-    }
-}
-
-impl RlimitFallback {
-    /// Sets soft and hard limit. Async-signal-safe (one `setrlimit`), for `pre_exec` too.
-    pub fn apply_raw(&self) -> io::Result<()> {
-        let lim = libc::rlimit {
-            rlim_cur: self.bytes,
-            rlim_max: self.bytes,
-        };
-        // SAFETY: setrlimit reads the struct.
-        if unsafe { libc::setrlimit(self.resource, &lim) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
         }
     }
 }
@@ -603,22 +572,5 @@ mod tests {
         };
         let limit = fs::read_to_string(cg.path().join(limit_file)).unwrap();
         assert_eq!(limit.trim(), (32 * MIB).to_string());
-    }
-
-    #[test]
-    fn rlimit_fallback_refuses_large_allocations() {
-        let fb = rlimit_fallback(64 * MIB);
-        assert_eq!((fb.resource, fb.name), (libc::RLIMIT_DATA, "RLIMIT_DATA"));
-        // Baseline: 256 MiB can be mapped without the limit.
-        assert!(in_child(|| touch(256 << 20)).exited_ok());
-        let limited = in_child(|| {
-            fb.apply_raw().map_err(|e| format!("setrlimit: {e}"))?;
-            match touch(256 << 20) {
-                Err(e) if e.contains("Cannot allocate memory") => {}
-                other => return Err(format!("256 MiB under RLIMIT_DATA 64 MiB: {other:?}")),
-            }
-            touch(16 << 20)
-        });
-        assert!(limited.exited_ok(), "{limited:?}");
     }
 }

@@ -130,6 +130,7 @@ fn kill_listed_members(dir: &Path) {
 }
 
 impl WorkerCgroup {
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -173,11 +174,13 @@ impl WorkerCgroup {
         }
     }
 
+    #[cfg(test)]
     /// Whether this worker's processes are counted by a `pids` cgroup.
     pub fn limits_processes(&self) -> bool {
         self.pids.is_some()
     }
 
+    #[cfg(test)]
     /// Moves the calling process into this cgroup (and its v1 `pids` group). Async-signal-safe
     /// (only `open`, `write` and `close` on paths built in advance), so it may run in a
     /// `pre_exec` closure after `fork`.
@@ -250,6 +253,7 @@ impl WorkerCgroup {
         Ok(keyed_value(&text, "oom_kill").unwrap_or(0))
     }
 
+    #[cfg(test)]
     /// Peak memory charged to the cgroup (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`).
     pub fn peak_bytes(&self) -> io::Result<u64> {
         let file = match self.version {

@@ -40,8 +40,6 @@ mod fsview;
 mod mount_api;
 mod pidfd;
 
-pub use fsview::{DEV_NODES, DEV_SHM_SIZE};
-
 /// The layer name used in error messages and degraded-mode settings (spec/sandbox.md §6).
 pub const LAYER: &str = "namespaces";
 

@@ -26,6 +26,7 @@ mod resolve;
 pub use protected::protected_paths;
 pub(super) use resolve::{Resolved, inside_any, inspect, read_small_file, resolve_checked};
 
+#[cfg(test)]
 /// The names protected at the top of every writable root (spec/sandbox.md §9), as Codex
 /// 0.171 (the pinned release) protects them: its sandbox keeps `.git`, `.agents`, `.codex`
 /// and `.aws` read-only at every project root (the last, since AWS tools run what a config
@@ -55,6 +56,7 @@ pub struct SessionParams {
     pub protected_names: Vec<String>,
 }
 
+#[cfg(test)]
 /// The standard workspace-write order of §2.2.
 pub fn standard_writable_sources() -> Vec<WritableSource> {
     vec![
@@ -65,6 +67,7 @@ pub fn standard_writable_sources() -> Vec<WritableSource> {
     ]
 }
 
+#[cfg(test)]
 /// The standard protected names, as owned strings.
 pub fn standard_protected_names() -> Vec<String> {
     PROTECTED_NAMES.iter().map(|n| n.to_string()).collect()

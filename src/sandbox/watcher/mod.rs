@@ -61,9 +61,7 @@ mod report;
 mod root_perms;
 mod take_away;
 
-pub use report::{
-    GuardReport, blocked_message, not_removed_message, root_mode_message, stopped_message,
-};
+pub use report::{GuardReport, stopped_message};
 
 /// Backstop rescan interval, for anything the events missed (queue overflow, a watch lost, a
 /// guarded path whose parent was replaced).
@@ -340,6 +338,7 @@ pub struct CallGuard {
 }
 
 impl CallGuard {
+    #[cfg(test)]
     /// The paths this call guards.
     pub fn guarded(&self) -> &[PathBuf] {
         &self.guarded
@@ -542,7 +541,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(outside.join("keep")).unwrap(), "k");
         assert!(leftovers(&root).is_empty(), "{:?}", leftovers(&root));
         assert_eq!(
-            blocked_message(&report.removed[0]),
+            report::blocked_message(&report.removed[0]),
             format!(
                 "sandbox blocked creation of protected workspace metadata path {}",
                 report.removed[0].display()
