@@ -7,7 +7,7 @@
 //! exec-server). Only the entry points below are public: everything else is crate-private, so
 //! the compiler reports what nothing uses.
 
-mod bridge;
+mod calls;
 pub mod client;
 mod daemon;
 mod sandbox;

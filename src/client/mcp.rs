@@ -297,7 +297,7 @@ fn mcp_tools(tools_json: &str) -> Result<Vec<Tool>, String> {
 /// front): `readOnlyHint` true on the tools that change nothing, which Codex then runs without
 /// an approval; false, and `destructiveHint`, on those that run commands or write files.
 fn annotations(name: &str) -> Option<ToolAnnotations> {
-    let effects = crate::bridge::tool_effects(name)?;
+    let effects = crate::calls::tool_effects(name)?;
     let mut a = ToolAnnotations::new().read_only(effects.read_only);
     if !effects.read_only {
         a = a.destructive(effects.destructive);
@@ -379,7 +379,7 @@ fn mode_name(mode: ModeArg) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bridge::{ToolFormat, ToolSet, list_tools};
+    use crate::calls::{ToolFormat, ToolSet, list_tools};
 
     #[test]
     fn every_listed_tool_becomes_an_mcp_tool_with_an_object_schema() {

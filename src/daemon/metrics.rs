@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn every_tool_keeps_its_label_and_any_other_name_is_other() {
-        for name in crate::bridge::tool_names() {
+        for name in crate::calls::tool_names() {
             assert_eq!(tool_label(name), name);
         }
         assert_eq!(tool_label("decide_approval"), "decide_approval");

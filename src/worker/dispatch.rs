@@ -2,7 +2,7 @@
 //! where proto messages and tool types meet (DESIGN.md §4).
 
 use crate::api;
-use crate::bridge;
+use crate::calls;
 use crate::tools::shell::{
     self, Captured, ExecOutcome, OutputChunk, TruncationPolicy, exec_request,
 };
@@ -316,12 +316,12 @@ fn guarded_invoke(
 ) -> Result<Reply, ToolError> {
     // A patch typed into a shell tool is applied in-process too, so it needs the same guard.
     let call =
-        if req.name == "apply_patch" || bridge::intercepts_apply_patch(&req.name, &req.arguments) {
+        if req.name == "apply_patch" || calls::intercepts_apply_patch(&req.name, &req.arguments) {
             runner.guard_call()?
         } else {
             None
         };
-    let out = bridge::invoke(ctx, &req.name, &req.arguments, req.freeform);
+    let out = calls::invoke(ctx, &req.name, &req.arguments, req.freeform);
     let command = out.command.map(|c| api::CommandEnd {
         exit_code: c.exit_code,
         process_id: c.process_id,
@@ -341,11 +341,11 @@ fn guarded_invoke(
 }
 
 /// A bridge content item as its proto message.
-fn content_item(item: bridge::ContentItem) -> api::OutputContentItem {
+fn content_item(item: calls::ContentItem) -> api::OutputContentItem {
     use api::output_content_item::Item;
     api::OutputContentItem {
         item: Some(match item {
-            bridge::ContentItem::InputImage { image_url, detail } => {
+            calls::ContentItem::InputImage { image_url, detail } => {
                 Item::InputImage(api::InputImage {
                     image_url,
                     detail: detail.unwrap_or_default(),

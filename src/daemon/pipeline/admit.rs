@@ -4,7 +4,7 @@
 //! and the approval policy.
 
 use crate::api::{self};
-use crate::bridge::{self};
+use crate::calls;
 use crate::daemon::caller::identity::{Authenticator, Caller, RootCallers};
 use crate::daemon::caller::rules::{PolicyConfig, Rule, names_of};
 use crate::daemon::pipeline::approvals::{self, Command, Gate, Kind, Policy};
@@ -265,7 +265,7 @@ impl CorralService {
             });
         }
         let is_shell = matches!(call, Call::Shell(_))
-            || matches!(call, Call::Invoke(r) if bridge::is_shell_tool(&r.name))
+            || matches!(call, Call::Invoke(r) if calls::is_shell_tool(&r.name))
             || crate::daemon::pipeline::route::starts_process(call);
         let slot = if is_shell {
             Some(self.running.start(&session).map_err(Refused::Status)?)
@@ -375,7 +375,7 @@ impl CorralService {
 /// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
 pub(in crate::daemon) fn asks_for_escalation(name: &str, arguments: &str) -> bool {
     // An apply_patch typed into a shell tool is applied, not run, and never escalates (§5.6).
-    if !bridge::is_shell_tool(name) || bridge::intercepts_apply_patch(name, arguments) {
+    if !calls::is_shell_tool(name) || calls::intercepts_apply_patch(name, arguments) {
         return false;
     }
     let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {

@@ -200,7 +200,7 @@ pub fn command_of(call: &Call, session_cwd: &Path, shell: &str) -> Option<Comman
     let text = |j: Option<String>| j.unwrap_or_default();
     match call {
         Call::Invoke(r) => {
-            if crate::bridge::intercepts_apply_patch(&r.name, &r.arguments) || r.freeform {
+            if crate::calls::intercepts_apply_patch(&r.name, &r.arguments) || r.freeform {
                 return None;
             }
             match r.name.as_str() {

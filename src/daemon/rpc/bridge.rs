@@ -2,7 +2,7 @@
 //! command classification.
 
 use crate::api::{self, bridge_server::Bridge};
-use crate::bridge::{self, ToolFormat};
+use crate::calls::{self, ToolFormat};
 use crate::daemon::pipeline::admit::{CorralService, Refusal, Resume, asks_for_escalation};
 use crate::daemon::pipeline::approvals;
 use crate::daemon::pipeline::audit::{ApprovalNote, Outcome};
@@ -23,7 +23,7 @@ impl Bridge for CorralService {
         let caller = self.auth.caller_of(&request)?;
         let req = request.into_inner();
         let set = if req.session_id.is_empty() {
-            let mut set = bridge::ToolSet::sessionless();
+            let mut set = calls::ToolSet::sessionless();
             if req.shell_tool != api::ShellTool::Unspecified as i32 {
                 set.shell = sessions::shell_tool(req.shell_tool)
                     .map_err(|e| invalid_field("shell_tool", &e))?;
@@ -42,7 +42,7 @@ impl Bridge for CorralService {
                 ));
             }
         };
-        let listed = bridge::list_tools(&set, format, &req.exclude);
+        let listed = calls::list_tools(&set, format, &req.exclude);
         Ok(Response::new(api::ListToolsResponse {
             tools_json: listed.json,
             names: listed.names.iter().map(|n| n.to_string()).collect(),

@@ -1,7 +1,7 @@
 //! The Sessions service's gRPC face.
 
 use crate::api::{self, sessions_server::Sessions};
-use crate::bridge::{self};
+use crate::calls;
 use crate::daemon::caller::identity::{RootCallers, worker_identity};
 use crate::daemon::pipeline::admit::CorralService;
 use crate::daemon::rpc::status::invalid_field;
@@ -166,8 +166,8 @@ impl Sessions for CorralService {
         Ok(Response::new(api::GetCapabilitiesResponse {
             api_version: "corral.v1".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
-            tools: bridge::tool_names().into_iter().map(String::from).collect(),
-            default_session_tools: bridge::ToolSet::default()
+            tools: calls::tool_names().into_iter().map(String::from).collect(),
+            default_session_tools: calls::ToolSet::default()
                 .names()
                 .into_iter()
                 .map(String::from)

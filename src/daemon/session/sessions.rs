@@ -40,7 +40,7 @@ pub struct Session {
     /// (their process trees killed).
     pub closed: tokio_util::sync::CancellationToken,
     /// The tools the session offers (ListTools lists exactly these; Invoke refuses others).
-    pub tools: crate::bridge::ToolSet,
+    pub tools: crate::calls::ToolSet,
     /// The ceiling of an empty write_stdin poll (ms); 0: Codex's default.
     pub background_terminal_max_timeout_ms: u64,
     /// GetPromptContext's project-doc byte budget (0: no docs).
@@ -208,8 +208,8 @@ pub fn project_doc_budget(
 }
 
 /// The shell tool an API value names; UNSPECIFIED is Codex's default, unified exec.
-pub fn shell_tool(value: i32) -> Result<crate::bridge::ShellTool, String> {
-    use crate::bridge::ShellTool;
+pub fn shell_tool(value: i32) -> Result<crate::calls::ShellTool, String> {
+    use crate::calls::ShellTool;
     match api::ShellTool::try_from(value) {
         Ok(api::ShellTool::Unspecified | api::ShellTool::UnifiedExec) => Ok(ShellTool::UnifiedExec),
         Ok(api::ShellTool::ShellCommand) => Ok(ShellTool::ShellCommand),
@@ -222,8 +222,8 @@ pub fn shell_tool(value: i32) -> Result<crate::bridge::ShellTool, String> {
 /// The session's tool set from OpenSession's options; unspecified options take Codex's defaults.
 fn tool_set(
     req: &api::OpenSessionRequest,
-) -> Result<crate::bridge::ToolSet, (&'static str, String)> {
-    use crate::bridge::{ApplyPatchTool, ToolSet};
+) -> Result<crate::calls::ToolSet, (&'static str, String)> {
+    use crate::calls::{ApplyPatchTool, ToolSet};
     let shell = shell_tool(req.shell_tool).map_err(|e| ("shell_tool", e))?;
     let apply_patch = match api::ApplyPatchTool::try_from(req.apply_patch_tool) {
         Ok(api::ApplyPatchTool::Unspecified | api::ApplyPatchTool::Freeform) => {

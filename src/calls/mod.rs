@@ -1,9 +1,9 @@
-//! The function-call bridge: model-facing tool definitions (`ListTools`) and dispatch of a
+//! What a call is, in one place: the model-facing tool definitions (`ListTools`), dispatch of a
 //! model's tool call to the tool, returning exactly the text and success flag Codex would send
 //! back to the model (`Invoke`). No gRPC types here: the daemon converts at its edge.
 
 mod definitions;
-mod invoke;
+mod model;
 
 pub use definitions::{ApplyPatchTool, ShellTool, ToolFormat, ToolSet, list_tools, tool_names};
-pub use invoke::{ContentItem, intercepts_apply_patch, invoke, is_shell_tool, tool_effects};
+pub use model::{ContentItem, intercepts_apply_patch, invoke, is_shell_tool, tool_effects};

@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn every_tool_of_every_set_says_whether_it_writes() {
-        use crate::bridge::{ShellTool, ToolSet};
+        use crate::calls::{ShellTool, ToolSet};
         for shell in [
             ShellTool::UnifiedExec,
             ShellTool::ShellCommand,
