@@ -366,7 +366,7 @@ async fn list_tools_in_both_formats() {
         .unwrap()
         .into_inner()
         .tools_json;
-    let read_file_def = include_str!("../src/bridge/definitions/read_file.json");
+    let read_file_def = include_str!("../src/calls/definitions/read_file.json");
     assert!(responses.contains(read_file_def));
     let parsed: Vec<serde_json::Value> = serde_json::from_str(&responses).unwrap();
     assert!(parsed.iter().any(|t| t["name"] == "list_dir"));

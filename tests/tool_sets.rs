@@ -127,15 +127,15 @@ async fn each_tool_set_lists_exactly_its_tools_in_order() {
     let listed = list(&d, &id, ToolFormat::Responses).await;
     assert!(listed.tools_json.starts_with(&format!(
         "[{}",
-        include_str!("../src/bridge/definitions/shell_command.json")
+        include_str!("../src/calls/definitions/shell_command.json")
     )));
     let unified = d.open_with(request(dir.path())).await;
     let listed = list(&d, &unified, ToolFormat::Responses).await;
     for def in [
-        include_str!("../src/bridge/definitions/exec_command.json"),
-        include_str!("../src/bridge/definitions/write_stdin.json"),
-        include_str!("../src/bridge/definitions/update_plan.json"),
-        include_str!("../src/bridge/definitions/view_image.json"),
+        include_str!("../src/calls/definitions/exec_command.json"),
+        include_str!("../src/calls/definitions/write_stdin.json"),
+        include_str!("../src/calls/definitions/update_plan.json"),
+        include_str!("../src/calls/definitions/view_image.json"),
     ] {
         assert!(listed.tools_json.contains(def), "{def}");
     }

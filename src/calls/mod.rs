@@ -3,6 +3,7 @@
 //! back to the model (`Invoke`). No gRPC types here: the daemon converts at its edge.
 
 mod definitions;
+pub mod facts;
 mod model;
 
 pub use definitions::{ApplyPatchTool, ShellTool, ToolFormat, ToolSet, list_tools, tool_names};

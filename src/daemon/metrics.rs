@@ -38,50 +38,7 @@ pub fn install(addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-/// Every `tool` label value but [`OTHER`]: the typed calls' names (`audit::describe`), the
-/// model-facing tools the bridge runs, and `decide_approval`.
-const TOOLS: &[&str] = &[
-    // The bridge's tools (an Invoke's name).
-    "apply_patch",
-    "container.exec",
-    "exec_command",
-    "grep_files",
-    "list_dir",
-    "read_file",
-    "shell",
-    "shell_command",
-    "update_plan",
-    "view_image",
-    "write_stdin",
-    // Typed calls.
-    "cancel",
-    "close_session",
-    "copy",
-    "credit",
-    "decide_approval",
-    "download",
-    "files",
-    "get_prompt_context",
-    "list_directory",
-    "make_directory",
-    "process",
-    "process_list",
-    "process_read",
-    "process_resize",
-    "process_signal",
-    "process_start",
-    "process_terminate",
-    "process_write",
-    "read_bytes",
-    "remove",
-    "remove_upload_stagings",
-    "stat",
-    "upload",
-    "upload_piece",
-    "write_bytes",
-];
-
-/// The label of every tool name outside [`TOOLS`].
+/// The label of every tool name outside `calls::facts::CALL_NAMES`.
 pub const OTHER: &str = "other";
 
 /// The `tool` label for a call's tool name: the name itself when it is one of corral's
@@ -89,7 +46,11 @@ pub const OTHER: &str = "other";
 /// show any local user who reaches the endpoint (plain HTTP, no identity) what one user
 /// chose to send (H26), and every new name would be a new series kept for the daemon's life.
 pub fn tool_label(tool: &str) -> &'static str {
-    TOOLS.iter().copied().find(|t| *t == tool).unwrap_or(OTHER)
+    crate::calls::facts::CALL_NAMES
+        .iter()
+        .copied()
+        .find(|t| *t == tool)
+        .unwrap_or(OTHER)
 }
 
 /// Records one finished call.

@@ -94,28 +94,11 @@ pub fn execute(
     emit: &mut Emit<'_>,
     pieces: &mut crate::worker::files::Pieces<'_>,
 ) -> Reply {
-    // Calls that can write re-check protection first (per call, not per worker; H1). Read-only
-    // tools cannot create or change a protected name, so they skip it.
-    // write_stdin starts nothing: it talks to a process already running in this worker (which
-    // its own guard watches), so it must reach that worker even when a new one is due.
-    let can_write = match &call {
-        Call::Shell(_) | Call::ApplyPatch(_) => true,
-        Call::Invoke(r) => r.name != "write_stdin",
-        Call::Process(p) => matches!(p.op, Some(ProcessOp::Start(_))),
-        Call::Files(f) => matches!(
-            f.op,
-            Some(
-                crate::wire::files_call::Op::WriteBytes(_)
-                    | crate::wire::files_call::Op::Upload(_)
-                    | crate::wire::files_call::Op::RemoveUploadStagings(_)
-                    | crate::wire::files_call::Op::MakeDirectory(_)
-                    | crate::wire::files_call::Op::Remove(_)
-                    | crate::wire::files_call::Op::Copy(_)
-            )
-        ),
-        _ => false,
-    };
-    if can_write && let Err(what) = runner.protection.check_current() {
+    // Calls that can write re-check protection first (per call, not per worker; H1); write_stdin
+    // must reach its process's worker even when a new one is due.
+    if calls::facts::may_write(&call)
+        && let Err(what) = runner.protection.check_current()
+    {
         return Reply::Stale(what);
     }
     let main = main_field(&call);
@@ -315,12 +298,11 @@ fn guarded_invoke(
     req: api::InvokeRequest,
 ) -> Result<Reply, ToolError> {
     // A patch typed into a shell tool is applied in-process too, so it needs the same guard.
-    let call =
-        if req.name == "apply_patch" || calls::intercepts_apply_patch(&req.name, &req.arguments) {
-            runner.guard_call()?
-        } else {
-            None
-        };
+    let call = if calls::facts::applies_a_patch(&req) {
+        runner.guard_call()?
+    } else {
+        None
+    };
     let out = calls::invoke(ctx, &req.name, &req.arguments, req.freeform);
     let command = out.command.map(|c| api::CommandEnd {
         exit_code: c.exit_code,

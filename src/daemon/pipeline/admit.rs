@@ -151,7 +151,7 @@ impl CorralService {
             _in_flight: self.in_flight.enter(),
             caller,
             session_id: session_id.to_string(),
-            tool: audit::describe(call).0,
+            tool: calls::facts::describe(call).0,
             described: self.audit.enabled().then(|| call.clone()),
             bytes_in: audit::call_len(call),
             started: Instant::now(),
@@ -186,7 +186,7 @@ impl CorralService {
         // A process running outside the sandbox (an escalated exec_command or StartProcess) is
         // danger-full-access too: writing to it, reading, signalling it need what opening such
         // a session needs (H19).
-        if let Some(id) = crate::daemon::pipeline::route::named_process(call)
+        if let Some(id) = calls::facts::named_process(call)
             && session.processes.home_of(id).is_some_and(|h| h.escalated)
         {
             crate::daemon::caller::peer::refuse_if_sandboxed(trace.caller)
@@ -202,7 +202,7 @@ impl CorralService {
         let policy = session.approvals.policy;
         // Only a governed call needs its command (and the shell lookup behind it).
         let command = (policy != Policy::Unset)
-            .then(|| approvals::command_of(call, &session.cwd, &approvals::shell_of(&session)))
+            .then(|| calls::facts::command_of(call, &session.cwd, &approvals::shell_of(&session)))
             .flatten();
         let may_escalate = |wanted: bool| wanted && self.may_escalate(trace.caller);
         let gate = match (resume, &command) {
@@ -237,12 +237,7 @@ impl CorralService {
             Gate::Run { escalated } => (escalated, None),
             Gate::Ask(kind) => (false, Some(kind)),
             Gate::Refuse(policy_name) => {
-                let text = match call {
-                    Call::Invoke(r) if r.name == "exec_command" => {
-                        crate::tools::unified_exec::errors::escalation_refused(policy_name).message
-                    }
-                    _ => crate::tools::shell::escalation_refused(policy_name).message,
-                };
+                let text = calls::facts::escalation_refused_text(call, policy_name);
                 return Err(match (refusal, call) {
                     (Refusal::ToModel, Call::Invoke(r)) => answered(r, text),
                     _ => Refused::Status(status::escalation_refused(text)),
@@ -264,10 +259,7 @@ impl CorralService {
                 command,
             });
         }
-        let is_shell = matches!(call, Call::Shell(_))
-            || matches!(call, Call::Invoke(r) if calls::is_shell_tool(&r.name))
-            || crate::daemon::pipeline::route::starts_process(call);
-        let slot = if is_shell {
+        let slot = if calls::facts::runs_a_command(call) {
             Some(self.running.start(&session).map_err(Refused::Status)?)
         } else {
             None
@@ -370,20 +362,4 @@ impl CorralService {
             && self.rule_for(caller, None).allow_escalation
             && crate::daemon::caller::peer::full_access_refusal(caller).is_none()
     }
-}
-
-/// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
-pub(in crate::daemon) fn asks_for_escalation(name: &str, arguments: &str) -> bool {
-    // An apply_patch typed into a shell tool is applied, not run, and never escalates (§5.6).
-    if !calls::is_shell_tool(name) || calls::intercepts_apply_patch(name, arguments) {
-        return false;
-    }
-    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
-        return false;
-    };
-    args.get("sandbox_permissions").and_then(|v| v.as_str()) == Some("require_escalated")
-        || args
-            .get("with_escalated_permissions")
-            .and_then(|v| v.as_bool())
-            == Some(true)
 }

@@ -11,11 +11,11 @@
 //! and the facts the pipeline knows; `service.rs` applies them in its one call pipeline.
 
 use crate::api;
+pub use crate::calls::facts::Command;
 use crate::daemon::caller::identity::Caller;
 use crate::daemon::session::sessions::Session;
 use crate::wire::worker_request::Call;
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -171,99 +171,6 @@ pub fn settings(
         }
     };
     Ok((policy, timeout))
-}
-
-/// The command a call would run, as the user is shown it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    /// The argv (a script as `[shell, -lc|-c, script]`, as the shell tools build it).
-    pub argv: Vec<String>,
-    /// Where it runs (the workdir resolved against the session's cwd).
-    pub cwd: String,
-    /// The model's (or the typed caller's) justification.
-    pub justification: String,
-}
-
-/// The command of a call the approval policies govern: the command tools (`shell`,
-/// `container.exec`, `shell_command`, `exec_command`, the typed Shell and StartProcess). `None`
-/// for every other call, for an apply_patch typed into a shell tool (it never escalates and is
-/// never asked about, spec/tools.md §5.6), and for arguments that do not parse (the tool
-/// answers the parse error without running anything).
-pub fn command_of(call: &Call, session_cwd: &Path, shell: &str) -> Option<Command> {
-    use crate::tools::shell::{ShellArgs, ShellCommandArgs, shell_command_argv};
-    let cwd = |workdir: Option<&str>| -> String {
-        match workdir.filter(|w| !w.is_empty()) {
-            Some(w) => session_cwd.join(w).to_string_lossy().into_owned(),
-            None => session_cwd.to_string_lossy().into_owned(),
-        }
-    };
-    let text = |j: Option<String>| j.unwrap_or_default();
-    match call {
-        Call::Invoke(r) => {
-            if crate::calls::intercepts_apply_patch(&r.name, &r.arguments) || r.freeform {
-                return None;
-            }
-            match r.name.as_str() {
-                "shell" | "container.exec" => {
-                    let a = ShellArgs::parse(&r.arguments).ok()?;
-                    let argv = a.argv().ok()?;
-                    Some(Command {
-                        argv,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                "shell_command" => {
-                    let a = ShellCommandArgs::parse(&r.arguments).ok()?;
-                    Some(Command {
-                        argv: a.argv(shell, true).ok()?,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                "exec_command" => {
-                    let a =
-                        crate::tools::unified_exec::ExecCommandArgs::parse(&r.arguments).ok()?;
-                    Some(Command {
-                        argv: a.argv(shell, true).ok()?,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                _ => None,
-            }
-        }
-        Call::Shell(r) => {
-            let argv = match (r.command.is_empty(), r.script.is_empty()) {
-                (false, true) => r.command.clone(),
-                (true, false) => shell_command_argv(shell, &r.script, r.login.unwrap_or(true)),
-                // Both or neither: the worker refuses it without running anything.
-                _ => return None,
-            };
-            Some(Command {
-                argv,
-                cwd: cwd(Some(&r.workdir)),
-                justification: r.justification.clone(),
-            })
-        }
-        Call::Process(p) => {
-            use crate::api::start_process_request::Command as Cmd;
-            let Some(crate::wire::process_call::Op::Start(r)) = &p.op else {
-                return None;
-            };
-            let argv = match r.command.as_ref()? {
-                Cmd::Argv(a) if !a.args.is_empty() => a.args.clone(),
-                Cmd::Argv(_) => return None,
-                Cmd::Script(s) => shell_command_argv(shell, s, true),
-            };
-            Some(Command {
-                argv,
-                cwd: cwd(Some(&r.workdir)),
-                justification: r.justification.clone(),
-            })
-        }
-        _ => None,
-    }
 }
 
 /// The shell the session's worker runs scripts with: its user's login shell if that exists,
@@ -835,60 +742,5 @@ mod tests {
             ..c
         };
         assert_eq!(a.granted(&longer), None);
-    }
-
-    #[test]
-    fn commands_of_each_tool() {
-        let cwd = Path::new("/w");
-        let invoke = |name: &str, args: &str| {
-            Call::Invoke(api::InvokeRequest {
-                name: name.into(),
-                arguments: args.into(),
-                ..Default::default()
-            })
-        };
-        let c = command_of(
-            &invoke(
-                "shell",
-                r#"{"command":["rm","x"],"workdir":"sub","justification":"why"}"#,
-            ),
-            cwd,
-            "/bin/bash",
-        )
-        .unwrap();
-        assert_eq!(c.argv, ["rm", "x"]);
-        assert_eq!(c.cwd, "/w/sub");
-        assert_eq!(c.justification, "why");
-        let c = command_of(
-            &invoke("shell_command", r#"{"command":"ls","login":false}"#),
-            cwd,
-            "/bin/bash",
-        )
-        .unwrap();
-        assert_eq!(c.argv, ["/bin/bash", "-c", "ls"]);
-        let c = command_of(
-            &invoke("exec_command", r#"{"cmd":"ls","workdir":"/abs"}"#),
-            cwd,
-            "/bin/zsh",
-        )
-        .unwrap();
-        assert_eq!(c.argv, ["/bin/zsh", "-lc", "ls"]);
-        assert_eq!(c.cwd, "/abs");
-        // Not governed: other tools, unparsable arguments, a patch through a shell tool.
-        assert!(command_of(&invoke("read_file", r#"{"file_path":"/x"}"#), cwd, "sh").is_none());
-        assert!(command_of(&invoke("write_stdin", r#"{"session_id":1}"#), cwd, "sh").is_none());
-        assert!(command_of(&invoke("shell", "not json"), cwd, "sh").is_none());
-        let patch =
-            r#"{"command":["apply_patch","*** Begin Patch\n*** Add File: a\n+x\n*** End Patch"]}"#;
-        assert!(command_of(&invoke("shell", patch), cwd, "sh").is_none());
-        let typed = Call::Shell(api::ShellRequest {
-            script: "echo hi".into(),
-            login: Some(false),
-            ..Default::default()
-        });
-        assert_eq!(
-            command_of(&typed, cwd, "/bin/sh").unwrap().argv,
-            ["/bin/sh", "-c", "echo hi"]
-        );
     }
 }

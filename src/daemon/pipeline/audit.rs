@@ -3,7 +3,6 @@
 //! the duration and the bytes in and out. Written to a file (reopened on SIGHUP, for logrotate)
 //! or to stdout.
 
-use crate::api;
 use crate::daemon::caller::identity::Caller;
 use crate::grpc_code_name as code_name;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
@@ -149,8 +148,8 @@ impl Audit {
         if !self.enabled() {
             return;
         }
-        let (tool, targets) = describe(done.call);
-        let (written_to, input_bytes) = stdin_of(done.call).unzip();
+        let (tool, targets) = crate::calls::facts::describe(done.call);
+        let (written_to, input_bytes) = crate::calls::facts::stdin_of(done.call).unzip();
         self.write(&Record {
             time: rfc3339(SystemTime::now()),
             uid: done.caller.uid,
@@ -283,155 +282,6 @@ impl Outcome {
     }
 }
 
-/// The tool and the argv or paths a call names (never contents).
-pub fn describe(call: &Call) -> (String, Vec<String>) {
-    match call {
-        Call::ReadFile(r) => ("read_file".into(), vec![r.file_path.clone()]),
-        Call::ListDir(r) => ("list_dir".into(), vec![r.dir_path.clone()]),
-        Call::GrepFiles(r) => ("grep_files".into(), vec![r.path.clone()]),
-        Call::ApplyPatch(r) => ("apply_patch".into(), patch_paths(&r.patch)),
-        Call::Shell(r) if !r.command.is_empty() => ("shell".into(), r.command.clone()),
-        Call::Shell(r) => ("shell_command".into(), vec![r.script.clone()]),
-        Call::Invoke(r) => (r.name.clone(), invoke_targets(r)),
-        Call::Cancel(_) => ("cancel".into(), Vec::new()),
-        Call::Credit(_) => ("credit".into(), Vec::new()),
-        Call::CloseSession(_) => ("close_session".into(), Vec::new()),
-        Call::Process(p) => describe_process(p),
-        Call::PromptContext(_) => ("get_prompt_context".into(), Vec::new()),
-        Call::Files(f) => describe_files(f),
-        Call::UploadPiece(_) => ("upload_piece".into(), Vec::new()),
-    }
-}
-
-/// A Files call: `read_bytes`, `write_bytes`, `upload`, `download`, `stat`, `list_directory`,
-/// `make_directory`, `remove` or `copy` with the paths it names (an upload's `source_name` too:
-/// it may be where the tree lands; a copy's source and destination).
-fn describe_files(call: &crate::wire::FilesCall) -> (String, Vec<String>) {
-    use crate::wire::files_call::Op;
-    match &call.op {
-        Some(Op::ReadBytes(r)) => ("read_bytes".into(), vec![r.path.clone()]),
-        Some(Op::WriteBytes(r)) => ("write_bytes".into(), vec![r.path.clone()]),
-        Some(Op::Upload(r)) if !r.source_name.is_empty() => {
-            ("upload".into(), vec![r.path.clone(), r.source_name.clone()])
-        }
-        Some(Op::Upload(r)) => ("upload".into(), vec![r.path.clone()]),
-        Some(Op::Download(r)) => ("download".into(), vec![r.path.clone()]),
-        Some(Op::RemoveUploadStagings(r)) => {
-            ("remove_upload_stagings".into(), vec![r.path.clone()])
-        }
-        Some(Op::Stat(r)) => ("stat".into(), vec![r.path.clone()]),
-        Some(Op::ListDirectory(r)) => ("list_directory".into(), vec![r.path.clone()]),
-        Some(Op::MakeDirectory(r)) => ("make_directory".into(), vec![r.path.clone()]),
-        Some(Op::Remove(r)) => ("remove".into(), vec![r.path.clone()]),
-        Some(Op::Copy(r)) => (
-            "copy".into(),
-            vec![r.source_path.clone(), r.destination_path.clone()],
-        ),
-        None => ("files".into(), Vec::new()),
-    }
-}
-
-/// A typed process call: `process_start` with its argv (or script), the others with the id.
-fn describe_process(call: &crate::wire::ProcessCall) -> (String, Vec<String>) {
-    use crate::api::start_process_request::Command;
-    use crate::wire::process_call::Op;
-    let id = |id: i32| vec![id.to_string()];
-    match &call.op {
-        Some(Op::Start(r)) => (
-            "process_start".into(),
-            match &r.command {
-                Some(Command::Argv(a)) => a.args.clone(),
-                Some(Command::Script(s)) => vec![s.clone()],
-                None => Vec::new(),
-            },
-        ),
-        Some(Op::Write(r)) => ("process_write".into(), id(r.process_id)),
-        Some(Op::Read(r)) => ("process_read".into(), id(r.process_id)),
-        Some(Op::Resize(r)) => ("process_resize".into(), id(r.process_id)),
-        Some(Op::Signal(r)) => (
-            "process_signal".into(),
-            vec![r.process_id.to_string(), r.signal.clone()],
-        ),
-        Some(Op::Terminate(r)) => ("process_terminate".into(), id(r.process_id)),
-        Some(Op::List(_)) => ("process_list".into(), Vec::new()),
-        None => ("process".into(), Vec::new()),
-    }
-}
-
-/// The file paths a patch names (its `*** … File:` and `*** Move to:` headers).
-fn patch_paths(patch: &str) -> Vec<String> {
-    const HEADERS: [&str; 4] = [
-        "*** Add File: ",
-        "*** Delete File: ",
-        "*** Update File: ",
-        "*** Move to: ",
-    ];
-    patch
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            HEADERS
-                .iter()
-                .find_map(|h| l.strip_prefix(h))
-                .map(str::to_string)
-        })
-        .collect()
-}
-
-fn invoke_targets(r: &api::InvokeRequest) -> Vec<String> {
-    if r.name == "apply_patch" {
-        let patch = if r.freeform {
-            r.arguments.clone()
-        } else {
-            serde_json::from_str::<serde_json::Value>(&r.arguments)
-                .ok()
-                .and_then(|v| v["input"].as_str().map(str::to_string))
-                .unwrap_or_default()
-        };
-        return patch_paths(&patch);
-    }
-    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(&r.arguments) else {
-        return Vec::new();
-    };
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        match v {
-            serde_json::Value::String(s) => vec![s.clone()],
-            serde_json::Value::Array(a) => a
-                .iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        }
-    };
-    // `cmd`: exec_command's script.
-    ["command", "cmd", "file_path", "dir_path", "path"]
-        .iter()
-        .filter_map(|k| args.get(*k))
-        .flat_map(strings)
-        .collect()
-}
-
-/// The process a call writes to and how many bytes: `write_stdin` (its `session_id` and
-/// `chars`) and WriteProcess.
-fn stdin_of(call: &Call) -> Option<(i32, usize)> {
-    match call {
-        Call::Invoke(r) if r.name == "write_stdin" => {
-            let args: serde_json::Value = serde_json::from_str(&r.arguments).ok()?;
-            let id = i32::try_from(args.get("session_id")?.as_i64()?).ok()?;
-            let bytes = args
-                .get("chars")
-                .and_then(|c| c.as_str())
-                .map_or(0, str::len);
-            Some((id, bytes))
-        }
-        Call::Process(p) => match &p.op {
-            Some(crate::wire::process_call::Op::Write(w)) => Some((w.process_id, w.data.len())),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 /// The encoded size of a call's request (the audit's bytes in).
 pub fn call_len(call: &Call) -> usize {
     match call {
@@ -530,7 +380,10 @@ mod tests {
     #[test]
     fn patches_are_described_by_their_paths_only() {
         let p = "*** Begin Patch\n*** Add File: a.txt\n+secret\n*** Update File: b.txt\n*** Move to: c.txt\n@@\n-x\n+y\n*** End Patch";
-        assert_eq!(patch_paths(p), ["a.txt", "b.txt", "c.txt"]);
+        assert_eq!(
+            crate::calls::facts::patch_paths(p),
+            ["a.txt", "b.txt", "c.txt"]
+        );
         assert_eq!(
             code_name(tonic::Code::PermissionDenied),
             "PERMISSION_DENIED"

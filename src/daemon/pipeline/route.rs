@@ -478,15 +478,16 @@ impl Executor {
         escalated: bool,
         slot: Option<Slot>,
     ) -> Result<(Reply, bool), Status> {
-        if is_process_list(&call) {
+        if crate::calls::facts::is_process_list(&call) {
             return self
                 .list_processes(session, call)
                 .await
                 .map(|reply| (reply, false));
         }
-        let home = named_process(&call).and_then(|id| session.processes.home_of(id));
+        let home =
+            crate::calls::facts::named_process(&call).and_then(|id| session.processes.home_of(id));
         let mut context = context_of(session);
-        if starts_process(&call) {
+        if crate::calls::facts::starts_process(&call) {
             context.new_process_id = session.processes.draw_id();
         }
         let mut slot = slot;
@@ -584,42 +585,6 @@ impl Executor {
             )),
         }))
     }
-}
-
-/// The process a call names: write_stdin's `session_id`, or a typed call's `process_id`.
-pub(crate) fn named_process(call: &Call) -> Option<i32> {
-    use crate::wire::process_call::Op;
-    match call {
-        Call::Invoke(r) if r.name == "write_stdin" => {
-            serde_json::from_str::<serde_json::Value>(&r.arguments)
-                .ok()?
-                .get("session_id")?
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-        }
-        Call::Process(p) => match p.op.as_ref()? {
-            Op::Write(r) => Some(r.process_id),
-            Op::Read(r) => Some(r.process_id),
-            Op::Resize(r) => Some(r.process_id),
-            Op::Signal(r) => Some(r.process_id),
-            Op::Terminate(r) => Some(r.process_id),
-            Op::Start(_) | Op::List(_) => None,
-        },
-        _ => None,
-    }
-}
-
-/// Whether a call may leave a process running (it gets an id drawn by the daemon).
-pub fn starts_process(call: &Call) -> bool {
-    match call {
-        Call::Invoke(r) => r.name == "exec_command",
-        Call::Process(p) => matches!(p.op, Some(crate::wire::process_call::Op::Start(_))),
-        _ => false,
-    }
-}
-
-fn is_process_list(call: &Call) -> bool {
-    matches!(call, Call::Process(p) if matches!(p.op, Some(crate::wire::process_call::Op::List(_))))
 }
 
 /// The per-call session facts sent with each call.

@@ -2,8 +2,9 @@
 //! command classification.
 
 use crate::api::{self, bridge_server::Bridge};
+use crate::calls::facts::asks_for_escalation;
 use crate::calls::{self, ToolFormat};
-use crate::daemon::pipeline::admit::{CorralService, Refusal, Resume, asks_for_escalation};
+use crate::daemon::pipeline::admit::{CorralService, Refusal, Resume};
 use crate::daemon::pipeline::approvals;
 use crate::daemon::pipeline::audit::{ApprovalNote, Outcome};
 use crate::daemon::rpc::status::{self, invalid_field};
