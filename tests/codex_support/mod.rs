@@ -89,41 +89,7 @@ pub async fn serve_model(
     seen: Arc<Mutex<Vec<Value>>>,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
-    loop {
-        let mut head = Vec::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).await? == 0 {
-                return Ok(());
-            }
-            if line == "\r\n" {
-                break;
-            }
-            head.push(line);
-        }
-        let header = |name: &str| {
-            head.iter().find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-            })
-        };
-        let mut body = Vec::new();
-        if let Some(n) = header("content-length").and_then(|n| n.parse::<usize>().ok()) {
-            body.resize(n, 0);
-            reader.read_exact(&mut body).await?;
-        } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
-            loop {
-                let mut size = String::new();
-                reader.read_line(&mut size).await?;
-                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                let mut chunk = vec![0; n + 2];
-                reader.read_exact(&mut chunk).await?;
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-        }
+    while let Some((head, body)) = read_request(&mut reader).await? {
         let post = head
             .first()
             .is_some_and(|l| l.starts_with("POST ") && l.contains("/responses"));
@@ -163,6 +129,49 @@ pub async fn serve_model(
         };
         reader.get_mut().write_all(response.as_bytes()).await?;
     }
+    Ok(())
+}
+
+/// The next HTTP/1.1 request on a connection: its head's lines (request line first) and its
+/// body (by content-length or chunked); `None` when the client closed the connection.
+pub async fn read_request(
+    reader: &mut BufReader<TcpStream>,
+) -> std::io::Result<Option<(Vec<String>, Vec<u8>)>> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 {
+            return Ok(None);
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push(line);
+    }
+    let header = |name: &str| {
+        head.iter().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    };
+    let mut body = Vec::new();
+    if let Some(n) = header("content-length").and_then(|n| n.parse::<usize>().ok()) {
+        body.resize(n, 0);
+        reader.read_exact(&mut body).await?;
+    } else if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).await?;
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            let mut chunk = vec![0; n + 2];
+            reader.read_exact(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..n]);
+        }
+    }
+    Ok(Some((head, body)))
 }
 
 pub fn message(text: &str) -> Value {
