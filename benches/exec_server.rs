@@ -4,16 +4,28 @@
 //! with the same client, the same request (Codex 0.171's workspace-write sandbox entries) and
 //! interleaved round-robin in the same run. Goal (issue 21): corral ÷ Codex ≤ 0.6 at p50.
 //!
+//!
+//! Then whole turns: an unmodified `codex exec` (the pinned release) runs a scripted turn —
+//! three exec_commands, two freeform apply_patch calls, a view_image — with its tools on corral's
+//! front or on Codex's own server (`CODEX_EXEC_SERVER_URL`), turns alternating. The scripted
+//! model answers at once; the turn's tool time is the sum, over its tool calls, of the gap
+//! between the model's answer and Codex's next request (everything Codex does to run the tool
+//! and report it, the server included).
+//!
 //! `cargo bench --bench exec_server` (harness = false). Needs the pinned Codex: CORRAL_CODEX,
 //! else `~/.cache/corral-ci/codex-<tests/codex/VERSION>` (what `.ci/run` installs).
 //! Environment: `CORRAL_BENCH_N` (measured iterations per server, default 200),
-//! `CORRAL_BENCH_WARMUP` (default 20), `CORRAL_BIN`.
+//! `CORRAL_BENCH_WARMUP` (default 20), `CORRAL_BENCH_TURNS` (whole turns per server, default
+//! 10), `CORRAL_BIN`.
 
+#[path = "../tests/codex_support/model.rs"]
+mod model;
 mod support;
 
 use futures_util::{SinkExt, StreamExt};
+use model::{PIXEL, codex};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::{Daemon, env_usize, fail, load_average, pct, us};
@@ -21,21 +33,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-
-fn codex() -> PathBuf {
-    let version =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/codex/VERSION"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-    std::env::var_os("CORRAL_CODEX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(format!(
-                ".cache/corral-ci/codex-{version}/node_modules/.bin/codex"
-            ))
-        })
-}
 
 /// A connection speaking the protocol, as Codex does.
 struct Client {
@@ -193,17 +190,152 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The scripted turn: every tool call ends as soon as its work does (no fixed waits).
+fn turn_script(ws: &Path) -> Vec<model::Turn> {
+    let image = ws.join("pixel.png").to_string_lossy().into_owned();
+    let patch = |body: &'static str| {
+        move |_: &Value| {
+            vec![
+                json!({"type": "custom_tool_call", "name": "apply_patch", "call_id": "p",
+                "input": body}),
+            ]
+        }
+    };
+    let exec = |id: &'static str, cmd: &'static str| {
+        move |_: &Value| {
+            vec![model::function_call(
+                "exec_command",
+                id,
+                json!({"cmd": cmd, "yield_time_ms": 10000}),
+            )]
+        }
+    };
+    vec![
+        Box::new(exec("e1", "echo made > a.txt && cat a.txt")),
+        Box::new(exec("e2", "ls -la && wc -c a.txt")),
+        Box::new(patch(
+            "*** Begin Patch\n*** Add File: b.txt\n+one\n*** End Patch\n",
+        )),
+        Box::new(patch(
+            "*** Begin Patch\n*** Update File: b.txt\n@@\n-one\n+two\n*** End Patch\n",
+        )),
+        Box::new(move |_| {
+            vec![model::function_call(
+                "view_image",
+                "v",
+                json!({"path": image}),
+            )]
+        }),
+        Box::new(exec("e3", "cat b.txt")),
+        Box::new(|_| vec![model::message("done")]),
+    ]
+}
+
+/// One `codex exec` turn with its tools on the exec-server at `url`, in a fresh directory under
+/// `ws`; the turn's tool time.
+async fn one_turn(ws: &Path, url: &str, n: usize) -> Duration {
+    let dir = ws.join(format!("turn-{n}"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(ws.join("pixel.png"), dir.join("pixel.png")).unwrap();
+    let mock = model::MockModel::start(turn_script(&dir)).await;
+    let home = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "model = \"gpt-5.5\"\nmodel_provider = \"mock\"\n[model_providers.mock]\nname = \
+             \"mock\"\nbase_url = \"{}\"\nwire_api = \"responses\"\n",
+            mock.url
+        ),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(codex())
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--sandbox",
+            "workspace-write",
+            "run the scripted turn",
+        ])
+        .env("CODEX_HOME", home.path())
+        .env("CODEX_EXEC_SERVER_URL", url)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let times = mock.times();
+    let requests = mock.requests();
+    // Every tool answered, and the last patch landed: the turn really ran on that server.
+    let patched = std::fs::read_to_string(dir.join("b.txt")).unwrap_or_default();
+    if !out.status.success() || times.len() != 7 || patched != "two\n" {
+        fail(&format!(
+            "the turn on {url} did not run through: status {:?}, {} model requests, b.txt {patched:?}\n{}{}",
+            out.status,
+            times.len(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    if !model::output_of(&requests[1], "e1").contains("made") {
+        fail(&format!(
+            "exec_command's output did not reach the model: {}",
+            requests[1]
+        ));
+    }
+    times
+        .windows(2)
+        .map(|w| w[1].0.duration_since(w[0].1))
+        .sum()
+}
+
+async fn whole_turns(ws: &Path, corral_url: &str, codex_url: &str) {
+    let turns = env_usize("CORRAL_BENCH_TURNS", 10);
+    let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, PIXEL).unwrap();
+    std::fs::write(ws.join("pixel.png"), png).unwrap();
+    // One turn each to warm up (Codex's first start reads its bundled model metadata).
+    one_turn(ws, corral_url, 0).await;
+    one_turn(ws, codex_url, 1).await;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..turns {
+        let n = 2 + 2 * i;
+        if i.is_multiple_of(2) {
+            a.push(one_turn(ws, corral_url, n).await);
+            b.push(one_turn(ws, codex_url, n + 1).await);
+        } else {
+            b.push(one_turn(ws, codex_url, n + 1).await);
+            a.push(one_turn(ws, corral_url, n).await);
+        }
+    }
+    a.sort();
+    b.sort();
+    println!(
+        "whole turn: codex exec, 6 tool calls (3 exec_command, 2 apply_patch, view_image), \
+         tool time per turn, {turns} each, alternating"
+    );
+    println!("load before: {}", load_average());
+    for (name, v) in [
+        ("on corral's front", &a),
+        ("on codex exec-server 0.171.0", &b),
+    ] {
+        println!(
+            "{name:38} p50 {:>8.1} ms  min {:>8.1} ms  max {:>8.1} ms",
+            us(pct(v, 0.5)) / 1000.0,
+            us(v[0]) / 1000.0,
+            us(v[v.len() - 1]) / 1000.0
+        );
+    }
+    println!(
+        "ratio corral / codex (turn tool time): p50 {:.2}×",
+        us(pct(&a, 0.5)) / us(pct(&b, 0.5))
+    );
+}
+
 fn main() {
     support::block_on(async {
         let n = env_usize("CORRAL_BENCH_N", 200);
         let warmup = env_usize("CORRAL_BENCH_WARMUP", 20);
+        // Panics, naming the install command, unless the pinned release is there.
         let codex = codex();
-        if !codex.exists() {
-            fail(&format!(
-                "the pinned Codex is needed: {} (run .ci/run, or set CORRAL_CODEX)",
-                codex.display()
-            ));
-        }
         let ws_dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let ws = std::fs::canonicalize(ws_dir.path()).unwrap();
         let daemon = Daemon::start().await.unwrap_or_else(|e| fail(&e));
@@ -275,6 +407,7 @@ fn main() {
             us(pct(&a, 0.5)) / us(pct(&b, 0.5)),
             us(pct(&a, 0.9)) / us(pct(&b, 0.9))
         );
+        whole_turns(&ws, &corral_url, &codex_url).await;
         // Codex's server must not outlive the bench (its sandbox makes mount points on the host
         // while commands run).
         let _ = codex_server.kill().await;

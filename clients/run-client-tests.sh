@@ -77,7 +77,9 @@ run_suite "node (lower bounds)" node_lower_suite
 # grpcio health and reflection clients (tests/test_stock_grpcio.py calls the daemon as any grpcio
 # user would), the official MCP SDK through the package's `mcp` extra (tests/test_mcp_front.py
 # drives `corral mcp` with it, tests/test_codex_mcp.py drives corral-codex-mcp; it needs Python
-# 3.10+), then its tests (they start their own daemons from $CORRAL_BIN).
+# 3.10+), the OpenAI Agents SDK through the `agents` extra at the exact version pinned here
+# (tests/test_agents_sdk.py runs agents on `corral mcp` and on corral_client.agents; 3.10+ too),
+# then its tests (they start their own daemons from $CORRAL_BIN).
 PYVENV="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv"
 PYTHON="${PYTHON:-python3}"
 python_venv_ok() { [ -x "$PYVENV/bin/python" ] && "$PYVENV/bin/python" -m pip --version >/dev/null 2>&1; }
@@ -99,13 +101,14 @@ python_suite() {
   fi
   "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
   "$PYVENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade \
-    "$ROOT/clients/python[mcp]" "pytest>=7" grpcio-health-checking grpcio-reflection
+    "$ROOT/clients/python[mcp,agents]" "openai-agents==0.24.0; python_version >= '3.10'" \
+    "pytest>=7" grpcio-health-checking grpcio-reflection
   cd "$ROOT/clients/python"
   "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider
 }
 # Again in a second venv with the oldest versions pyproject.toml allows (the floor of each
-# dependency range and of the `mcp` extra; the test-only grpcio packages at grpcio's floor), so the
-# ranges it declares stay true.
+# dependency range and of the `mcp` and `agents` extras; the test-only grpcio packages at grpcio's
+# floor), so the ranges it declares stay true.
 PYVENV_LOW="${CARGO_TARGET_DIR:-$ROOT/target}/pyvenv-lower"
 python_lower_suite() {
   local floors
@@ -115,9 +118,11 @@ text = open(sys.argv[1], encoding="utf-8").read()
 deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
 pins = {m.group(1): m.group(2) for m in re.finditer(r'"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)', deps)}
 pins["grpcio-health-checking"] = pins["grpcio-reflection"] = pins["grpcio"]
-extra = re.search(r'^mcp = \["mcp>=([0-9][0-9.]*)', text, re.M)
-if extra and sys.version_info >= (3, 10):  # the MCP SDK needs 3.10+
-    pins["mcp"] = extra.group(1)
+if sys.version_info >= (3, 10):  # the MCP SDK and the Agents SDK need 3.10+
+    for extra, package in (("mcp", "mcp"), ("agents", "openai-agents")):
+        floor = re.search(rf'^{extra} = \["{package}>=([0-9][0-9.]*)', text, re.M)
+        if floor:
+            pins[package] = floor.group(1)
 print(" ".join(f"{name}=={version}" for name, version in pins.items()))
 PY
   )
