@@ -24,6 +24,15 @@ pub use wire::frame::tune_allocator;
 pub use worker::resolve::resolve_main;
 pub use worker::serve::worker_main;
 
+/// What the fuzz targets (`fuzz/`) drive: the worker socketpair's frame decoder and the
+/// model-call entry point. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::calls::{ContentItem, InvokeOutcome, intercepts_apply_patch, invoke};
+    pub use crate::wire::frame;
+    pub use crate::wire::{WorkerReply, WorkerRequest};
+}
+
 // What the black-box tests check against the daemon's own rules.
 pub use daemon::caller::auth::token_hash;
 pub use sandbox::cgroup::default_limit_bytes;

@@ -1,4 +1,4 @@
-//! Fuzz target: the Invoke entry point (`corral::bridge::invoke`) of every model tool, with the
+//! Fuzz target: the Invoke entry point (`corral::fuzzing::invoke`, i.e. calls::invoke) of every model tool, with the
 //! arguments the model would send.
 //!
 //! Input: byte 0 picks the tool (and, rarely, the freeform payload flag); the rest up to the
@@ -15,7 +15,7 @@
 //! the host.
 #![no_main]
 
-use corral::bridge::{InvokeOutcome, intercepts_apply_patch, invoke};
+use corral::fuzzing::{InvokeOutcome, intercepts_apply_patch, invoke};
 use corral::tools::apply_patch::invocation::{Invocation, classify_argv, classify_script};
 use corral::tools::apply_patch::{ApplyPatchArgs, Hunk, PatchContext, parse_patch};
 use corral::tools::grep_files::GrepFilesArgs;
@@ -470,7 +470,7 @@ fuzz_target!(|data: &[u8]| {
             }
             let out = call();
             if out.success {
-                let [corral::bridge::ContentItem::InputImage { image_url, detail }] =
+                let [corral::fuzzing::ContentItem::InputImage { image_url, detail }] =
                     &out.content_items[..]
                 else {
                     panic!("one image item: {out:?}");

@@ -1,4 +1,4 @@
-//! Fuzz target: the worker socketpair's frame decoder (`corral::worker::frame`) on arbitrary
+//! Fuzz target: the worker socketpair's frame decoder (`corral::fuzzing::frame`, the worker socketpair's) on arbitrary
 //! bytes. The worker decodes `WorkerRequest`s (blocking), the daemon decodes `WorkerReply`s
 //! (async) from a worker that runs model-chosen commands, so both directions are hostile input.
 //!
@@ -12,8 +12,8 @@
 //! - a declared length above the limit is refused.
 #![no_main]
 
-use corral::wire::{WorkerReply, WorkerRequest};
-use corral::worker::frame::{self, MAX_FRAME_BYTES};
+use corral::fuzzing::frame::{self, MAX_FRAME_BYTES};
+use corral::fuzzing::{WorkerReply, WorkerRequest};
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -3,9 +3,19 @@
 //! escalation, starts or names a process, runs a command, may write, or applies a patch. No
 //! other file matches on a tool's name; a new tool is described here and in `definitions`.
 
+pub use super::tool_call::ToolCall;
 use crate::api;
 use crate::wire::worker_request::Call;
 use std::path::Path;
+
+/// `f` of the model call's one parse: the one that travels with the call, or (a caller that
+/// has none: tests, a one-off) a parse made here.
+fn parsed<T>(r: &api::InvokeRequest, tool: Option<&ToolCall>, f: impl FnOnce(&ToolCall) -> T) -> T {
+    match tool {
+        Some(t) => f(t),
+        None => f(&ToolCall::parse(r)),
+    }
+}
 
 /// Every name a call can have: the model-facing tools an `Invoke` runs, the typed calls' names
 /// ([`describe`]) and `decide_approval` — the metrics' `tool` label values (any other name is
@@ -101,7 +111,7 @@ pub fn may_write(call: &Call) -> bool {
 }
 
 /// The tool and the argv or paths a call names (never contents).
-pub fn describe(call: &Call) -> (String, Vec<String>) {
+pub fn describe(call: &Call, tool: Option<&ToolCall>) -> (String, Vec<String>) {
     match call {
         Call::ReadFile(r) => ("read_file".into(), vec![r.file_path.clone()]),
         Call::ListDir(r) => ("list_dir".into(), vec![r.dir_path.clone()]),
@@ -109,7 +119,7 @@ pub fn describe(call: &Call) -> (String, Vec<String>) {
         Call::ApplyPatch(r) => ("apply_patch".into(), patch_paths(&r.patch)),
         Call::Shell(r) if !r.command.is_empty() => ("shell".into(), r.command.clone()),
         Call::Shell(r) => ("shell_command".into(), vec![r.script.clone()]),
-        Call::Invoke(r) => (r.name.clone(), invoke_targets(r)),
+        Call::Invoke(r) => (r.name.clone(), parsed(r, tool, |t| t.targets(&r.arguments))),
         Call::Cancel(_) => ("cancel".into(), Vec::new()),
         Call::Credit(_) => ("credit".into(), Vec::new()),
         Call::CloseSession(_) => ("close_session".into(), Vec::new()),
@@ -195,52 +205,11 @@ pub fn patch_paths(patch: &str) -> Vec<String> {
         .collect()
 }
 
-pub fn invoke_targets(r: &api::InvokeRequest) -> Vec<String> {
-    if r.name == "apply_patch" {
-        let patch = if r.freeform {
-            r.arguments.clone()
-        } else {
-            serde_json::from_str::<serde_json::Value>(&r.arguments)
-                .ok()
-                .and_then(|v| v["input"].as_str().map(str::to_string))
-                .unwrap_or_default()
-        };
-        return patch_paths(&patch);
-    }
-    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(&r.arguments) else {
-        return Vec::new();
-    };
-    let strings = |v: &serde_json::Value| -> Vec<String> {
-        match v {
-            serde_json::Value::String(s) => vec![s.clone()],
-            serde_json::Value::Array(a) => a
-                .iter()
-                .filter_map(|x| x.as_str().map(str::to_string))
-                .collect(),
-            _ => Vec::new(),
-        }
-    };
-    // `cmd`: exec_command's script.
-    ["command", "cmd", "file_path", "dir_path", "path"]
-        .iter()
-        .filter_map(|k| args.get(*k))
-        .flat_map(strings)
-        .collect()
-}
-
 /// The process a call writes to and how many bytes: `write_stdin` (its `session_id` and
 /// `chars`) and WriteProcess.
-pub fn stdin_of(call: &Call) -> Option<(i32, usize)> {
+pub fn stdin_of(call: &Call, tool: Option<&ToolCall>) -> Option<(i32, usize)> {
     match call {
-        Call::Invoke(r) if r.name == "write_stdin" => {
-            let args: serde_json::Value = serde_json::from_str(&r.arguments).ok()?;
-            let id = i32::try_from(args.get("session_id")?.as_i64()?).ok()?;
-            let bytes = args
-                .get("chars")
-                .and_then(|c| c.as_str())
-                .map_or(0, str::len);
-            Some((id, bytes))
-        }
+        Call::Invoke(r) => parsed(r, tool, ToolCall::stdin),
         Call::Process(p) => match &p.op {
             Some(crate::wire::process_call::Op::Write(w)) => Some((w.process_id, w.data.len())),
             _ => None,
@@ -265,8 +234,13 @@ pub struct Command {
 /// for every other call, for an apply_patch typed into a shell tool (it never escalates and is
 /// never asked about, spec/tools.md §5.6), and for arguments that do not parse (the tool
 /// answers the parse error without running anything).
-pub fn command_of(call: &Call, session_cwd: &Path, shell: &str) -> Option<Command> {
-    use crate::tools::shell::{ShellArgs, ShellCommandArgs, shell_command_argv};
+pub fn command_of(
+    call: &Call,
+    tool: Option<&ToolCall>,
+    session_cwd: &Path,
+    shell: &str,
+) -> Option<Command> {
+    use crate::tools::shell::shell_command_argv;
     let cwd = |workdir: Option<&str>| -> String {
         match workdir.filter(|w| !w.is_empty()) {
             Some(w) => session_cwd.join(w).to_string_lossy().into_owned(),
@@ -275,40 +249,31 @@ pub fn command_of(call: &Call, session_cwd: &Path, shell: &str) -> Option<Comman
     };
     let text = |j: Option<String>| j.unwrap_or_default();
     match call {
-        Call::Invoke(r) => {
-            if super::intercepts_apply_patch(&r.name, &r.arguments) || r.freeform {
+        Call::Invoke(r) => parsed(r, tool, |t| {
+            if r.freeform || t.intercepts_apply_patch() {
                 return None;
             }
-            match r.name.as_str() {
-                "shell" | "container.exec" => {
-                    let a = ShellArgs::parse(&r.arguments).ok()?;
-                    let argv = a.argv().ok()?;
-                    Some(Command {
-                        argv,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                "shell_command" => {
-                    let a = ShellCommandArgs::parse(&r.arguments).ok()?;
-                    Some(Command {
-                        argv: a.argv(shell, true).ok()?,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                "exec_command" => {
-                    let a =
-                        crate::tools::unified_exec::ExecCommandArgs::parse(&r.arguments).ok()?;
-                    Some(Command {
-                        argv: a.argv(shell, true).ok()?,
-                        cwd: cwd(a.workdir.as_deref()),
-                        justification: text(a.justification),
-                    })
-                }
-                _ => None,
+            if let Some(a) = t.shell_args() {
+                Some(Command {
+                    argv: a.argv().ok()?,
+                    cwd: cwd(a.workdir.as_deref()),
+                    justification: text(a.justification),
+                })
+            } else if let Some(a) = t.shell_command_args() {
+                Some(Command {
+                    argv: a.argv(shell, true).ok()?,
+                    cwd: cwd(a.workdir.as_deref()),
+                    justification: text(a.justification),
+                })
+            } else {
+                let a = t.exec_command_args()?;
+                Some(Command {
+                    argv: a.argv(shell, true).ok()?,
+                    cwd: cwd(a.workdir.as_deref()),
+                    justification: text(a.justification),
+                })
             }
-        }
+        }),
         Call::Shell(r) => {
             let argv = match (r.command.is_empty(), r.script.is_empty()) {
                 (false, true) => r.command.clone(),
@@ -343,16 +308,10 @@ pub fn command_of(call: &Call, session_cwd: &Path, shell: &str) -> Option<Comman
 }
 
 /// The process a call names: write_stdin's `session_id`, or a typed call's `process_id`.
-pub fn named_process(call: &Call) -> Option<i32> {
+pub fn named_process(call: &Call, tool: Option<&ToolCall>) -> Option<i32> {
     use crate::wire::process_call::Op;
     match call {
-        Call::Invoke(r) if r.name == "write_stdin" => {
-            serde_json::from_str::<serde_json::Value>(&r.arguments)
-                .ok()?
-                .get("session_id")?
-                .as_i64()
-                .and_then(|n| i32::try_from(n).ok())
-        }
+        Call::Invoke(r) => parsed(r, tool, ToolCall::named_process),
         Call::Process(p) => match p.op.as_ref()? {
             Op::Write(r) => Some(r.process_id),
             Op::Read(r) => Some(r.process_id),
@@ -378,22 +337,6 @@ pub fn is_process_list(call: &Call) -> bool {
     matches!(call, Call::Process(p) if matches!(p.op, Some(crate::wire::process_call::Op::List(_))))
 }
 
-/// Whether a model's shell-tool call asks to run outside the sandbox (either spelling).
-pub fn asks_for_escalation(name: &str, arguments: &str) -> bool {
-    // An apply_patch typed into a shell tool is applied, not run, and never escalates (§5.6).
-    if !super::is_shell_tool(name) || super::intercepts_apply_patch(name, arguments) {
-        return false;
-    }
-    let Ok(serde_json::Value::Object(args)) = serde_json::from_str(arguments) else {
-        return false;
-    };
-    args.get("sandbox_permissions").and_then(|v| v.as_str()) == Some("require_escalated")
-        || args
-            .get("with_escalated_permissions")
-            .and_then(|v| v.as_bool())
-            == Some(true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +356,7 @@ mod tests {
                 "shell",
                 r#"{"command":["rm","x"],"workdir":"sub","justification":"why"}"#,
             ),
+            None,
             cwd,
             "/bin/bash",
         )
@@ -422,6 +366,7 @@ mod tests {
         assert_eq!(c.justification, "why");
         let c = command_of(
             &invoke("shell_command", r#"{"command":"ls","login":false}"#),
+            None,
             cwd,
             "/bin/bash",
         )
@@ -429,6 +374,7 @@ mod tests {
         assert_eq!(c.argv, ["/bin/bash", "-c", "ls"]);
         let c = command_of(
             &invoke("exec_command", r#"{"cmd":"ls","workdir":"/abs"}"#),
+            None,
             cwd,
             "/bin/zsh",
         )
@@ -436,20 +382,92 @@ mod tests {
         assert_eq!(c.argv, ["/bin/zsh", "-lc", "ls"]);
         assert_eq!(c.cwd, "/abs");
         // Not governed: other tools, unparsable arguments, a patch through a shell tool.
-        assert!(command_of(&invoke("read_file", r#"{"file_path":"/x"}"#), cwd, "sh").is_none());
-        assert!(command_of(&invoke("write_stdin", r#"{"session_id":1}"#), cwd, "sh").is_none());
-        assert!(command_of(&invoke("shell", "not json"), cwd, "sh").is_none());
+        assert!(
+            command_of(
+                &invoke("read_file", r#"{"file_path":"/x"}"#),
+                None,
+                cwd,
+                "sh"
+            )
+            .is_none()
+        );
+        assert!(
+            command_of(
+                &invoke("write_stdin", r#"{"session_id":1}"#),
+                None,
+                cwd,
+                "sh"
+            )
+            .is_none()
+        );
+        assert!(command_of(&invoke("shell", "not json"), None, cwd, "sh").is_none());
         let patch =
             r#"{"command":["apply_patch","*** Begin Patch\n*** Add File: a\n+x\n*** End Patch"]}"#;
-        assert!(command_of(&invoke("shell", patch), cwd, "sh").is_none());
+        assert!(command_of(&invoke("shell", patch), None, cwd, "sh").is_none());
         let typed = Call::Shell(api::ShellRequest {
             script: "echo hi".into(),
             login: Some(false),
             ..Default::default()
         });
         assert_eq!(
-            command_of(&typed, cwd, "/bin/sh").unwrap().argv,
+            command_of(&typed, None, cwd, "/bin/sh").unwrap().argv,
             ["/bin/sh", "-c", "echo hi"]
         );
+    }
+
+    /// Every fact the pipeline reads about a model call — its name and targets (trace, audit),
+    /// escalation, the process it names, the command for approvals, the slot, the audit's
+    /// stdin — comes from one parse of its arguments.
+    #[test]
+    fn a_model_call_is_parsed_once_for_every_fact() {
+        use super::super::tool_call::PARSES;
+        let cwd = Path::new("/w");
+        for (name, args) in [
+            (
+                "exec_command",
+                r#"{"cmd":"ls","sandbox_permissions":"require_escalated","justification":"j"}"#,
+            ),
+            ("write_stdin", r#"{"session_id":3,"chars":"ab"}"#),
+            (
+                "shell",
+                r#"{"command":["apply_patch","*** Begin Patch\n*** End Patch"]}"#,
+            ),
+        ] {
+            let call = Call::Invoke(api::InvokeRequest {
+                name: name.into(),
+                arguments: args.into(),
+                ..Default::default()
+            });
+            let Call::Invoke(r) = &call else {
+                unreachable!()
+            };
+            PARSES.with(|n| n.set(0));
+            let parsed = ToolCall::parse(r);
+            let tool = Some(&parsed);
+            let (named, _) = describe(&call, tool);
+            assert_eq!(named, name);
+            let escalates = parsed.asks_for_escalation();
+            let process = named_process(&call, tool);
+            let command = command_of(&call, tool, cwd, "/bin/sh");
+            let _ = runs_a_command(&call);
+            let _ = starts_process(&call);
+            let stdin = stdin_of(&call, tool);
+            assert_eq!(PARSES.with(|n| n.get()), 1, "{name}");
+            match name {
+                "exec_command" => {
+                    assert!(escalates);
+                    assert_eq!(command.unwrap().justification, "j");
+                }
+                "write_stdin" => {
+                    assert_eq!((process, stdin), (Some(3), Some((3, 2))));
+                    assert!(command.is_none());
+                }
+                // A patch typed into a shell: applied, never a command nor an escalation.
+                _ => assert!(!escalates && command.is_none()),
+            }
+            // Without the call's parse at hand, a fact parses again (the counter counts).
+            let _ = named_process(&call, None);
+            assert_eq!(PARSES.with(|n| n.get()), 2, "{name}");
+        }
     }
 }

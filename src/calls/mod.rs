@@ -5,6 +5,9 @@
 mod definitions;
 pub mod facts;
 mod model;
+mod tool_call;
 
 pub use definitions::{ApplyPatchTool, ShellTool, ToolFormat, ToolSet, list_tools, tool_names};
-pub use model::{ContentItem, intercepts_apply_patch, invoke, is_shell_tool, tool_effects};
+pub use model::{
+    ContentItem, InvokeOutcome, intercepts_apply_patch, invoke, is_shell_tool, tool_effects,
+};

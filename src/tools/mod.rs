@@ -107,6 +107,19 @@ pub fn parse_arguments<A: serde::de::DeserializeOwned>(arguments: &str) -> Resul
     retried.ok_or_else(|| ToolError::parse(&first))
 }
 
+/// [`parse_arguments`] for arguments already parsed as JSON: the same typing, a second try
+/// without the nulls; `None` when they do not fit.
+pub fn arguments_from_value<A: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+) -> Option<A> {
+    A::deserialize(value).ok().or_else(|| {
+        let mut value = value.clone();
+        drop_nulls(&mut value)
+            .then(|| A::deserialize(&value).ok())
+            .flatten()
+    })
+}
+
 /// Removes every `null` member of every object in `value`; whether any was removed.
 fn drop_nulls(value: &mut serde_json::Value) -> bool {
     use serde_json::Value;

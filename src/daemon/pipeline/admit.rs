@@ -90,6 +90,8 @@ pub(in crate::daemon) struct Trace {
     pub(in crate::daemon) caller: Caller,
     pub(in crate::daemon) session_id: String,
     pub(in crate::daemon) tool: String,
+    /// A model call's arguments, parsed once for every fact the pipeline needs.
+    pub(in crate::daemon) parsed: Option<Arc<calls::facts::ToolCall>>,
     /// A copy of the call for the audit line (only when the audit log is on).
     pub(in crate::daemon) described: Option<Call>,
     pub(in crate::daemon) bytes_in: usize,
@@ -147,11 +149,16 @@ impl CorralService {
     }
 
     pub(in crate::daemon) fn trace(&self, caller: Caller, session_id: &str, call: &Call) -> Trace {
+        let parsed = match call {
+            Call::Invoke(r) => Some(Arc::new(calls::facts::ToolCall::parse(r))),
+            _ => None,
+        };
         Trace {
             _in_flight: self.in_flight.enter(),
             caller,
             session_id: session_id.to_string(),
-            tool: calls::facts::describe(call).0,
+            tool: calls::facts::describe(call, parsed.as_deref()).0,
+            parsed,
             described: self.audit.enabled().then(|| call.clone()),
             bytes_in: audit::call_len(call),
             started: Instant::now(),
@@ -186,7 +193,7 @@ impl CorralService {
         // A process running outside the sandbox (an escalated exec_command or StartProcess) is
         // danger-full-access too: writing to it, reading, signalling it need what opening such
         // a session needs (H19).
-        if let Some(id) = calls::facts::named_process(call)
+        if let Some(id) = calls::facts::named_process(call, trace.parsed.as_deref())
             && session.processes.home_of(id).is_some_and(|h| h.escalated)
         {
             crate::daemon::caller::peer::refuse_if_sandboxed(trace.caller)
@@ -202,7 +209,14 @@ impl CorralService {
         let policy = session.approvals.policy;
         // Only a governed call needs its command (and the shell lookup behind it).
         let command = (policy != Policy::Unset)
-            .then(|| calls::facts::command_of(call, &session.cwd, &approvals::shell_of(&session)))
+            .then(|| {
+                calls::facts::command_of(
+                    call,
+                    trace.parsed.as_deref(),
+                    &session.cwd,
+                    &approvals::shell_of(&session),
+                )
+            })
             .flatten();
         let may_escalate = |wanted: bool| wanted && self.may_escalate(trace.caller);
         let gate = match (resume, &command) {
@@ -290,6 +304,7 @@ impl CorralService {
                 mode: &trace.mode,
                 cwd: &trace.cwd,
                 call,
+                parsed: trace.parsed.as_deref(),
                 escalated: trace.escalated,
                 outcome,
                 duration: elapsed,

@@ -148,8 +148,9 @@ impl Audit {
         if !self.enabled() {
             return;
         }
-        let (tool, targets) = crate::calls::facts::describe(done.call);
-        let (written_to, input_bytes) = crate::calls::facts::stdin_of(done.call).unzip();
+        let (tool, targets) = crate::calls::facts::describe(done.call, done.parsed);
+        let (written_to, input_bytes) =
+            crate::calls::facts::stdin_of(done.call, done.parsed).unzip();
         self.write(&Record {
             time: rfc3339(SystemTime::now()),
             uid: done.caller.uid,
@@ -229,6 +230,8 @@ pub struct Finished<'a> {
     pub mode: &'a str,
     pub cwd: &'a str,
     pub call: &'a Call,
+    /// The call's arguments as parsed once (a model call).
+    pub parsed: Option<&'a crate::calls::facts::ToolCall>,
     pub escalated: bool,
     pub outcome: &'a Outcome,
     pub duration: Duration,

@@ -169,6 +169,12 @@ impl CorralService {
         resume: Option<Resume>,
     ) -> Result<Reply, Status> {
         let mut trace = self.trace(caller, session_id, &call);
+        // A model call asks for escalation in its arguments (read from the one parse).
+        let asks_escalation = asks_escalation
+            || trace
+                .parsed
+                .as_ref()
+                .is_some_and(|t| t.asks_for_escalation());
         let kind = resume.as_ref().map(|r| r.kind);
         trace.approval = resume.map(|r| r.note);
         let admitted = match self.admit(&mut trace, &call, asks_escalation, refusal, kind) {
@@ -183,7 +189,13 @@ impl CorralService {
             .flatten();
         let result = self
             .executor
-            .call_reporting_denial(&admitted.session, call, escalated, admitted.slot)
+            .call_reporting_denial(
+                &admitted.session,
+                call,
+                trace.parsed.as_deref(),
+                escalated,
+                admitted.slot,
+            )
             .await;
         let (result, denied) = match result {
             Ok((Reply::Failure(f), _)) => (Err(status::tool_failure(f)), false),

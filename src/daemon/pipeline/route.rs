@@ -464,17 +464,19 @@ impl Executor {
         escalated: bool,
         slot: Option<Slot>,
     ) -> Result<Reply, Status> {
-        self.call_reporting_denial(session, call, escalated, slot)
+        self.call_reporting_denial(session, call, None, escalated, slot)
             .await
             .map(|(reply, _)| reply)
     }
 
     /// [`Executor::call`], and whether a command the call ran looked denied by the sandbox
-    /// (what the approval policies act on, spec/sandbox.md §5.2).
+    /// (what the approval policies act on, spec/sandbox.md §5.2). `parsed`: a model call's
+    /// arguments as the pipeline parsed them.
     pub async fn call_reporting_denial(
         &self,
         session: &Session,
         call: Call,
+        parsed: Option<&crate::calls::facts::ToolCall>,
         escalated: bool,
         slot: Option<Slot>,
     ) -> Result<(Reply, bool), Status> {
@@ -484,8 +486,8 @@ impl Executor {
                 .await
                 .map(|reply| (reply, false));
         }
-        let home =
-            crate::calls::facts::named_process(&call).and_then(|id| session.processes.home_of(id));
+        let home = crate::calls::facts::named_process(&call, parsed)
+            .and_then(|id| session.processes.home_of(id));
         let mut context = context_of(session);
         if crate::calls::facts::starts_process(&call) {
             context.new_process_id = session.processes.draw_id();

@@ -2,7 +2,6 @@
 //! command classification.
 
 use crate::api::{self, bridge_server::Bridge};
-use crate::calls::facts::asks_for_escalation;
 use crate::calls::{self, ToolFormat};
 use crate::daemon::pipeline::admit::{CorralService, Refusal, Resume};
 use crate::daemon::pipeline::approvals;
@@ -63,10 +62,10 @@ impl Bridge for CorralService {
                 "name is required: the tool the model called",
             ));
         }
-        let escalate = asks_for_escalation(&req.name, &req.arguments);
         let id = req.session_id.clone();
+        // Whether it asks for escalation is read from its arguments, parsed once in the pipeline.
         match self
-            .run(caller, &id, Call::Invoke(req), escalate, Refusal::ToModel)
+            .run(caller, &id, Call::Invoke(req), false, Refusal::ToModel)
             .await?
         {
             Reply::Invoke(r) => Ok(Response::new(r)),
