@@ -116,7 +116,7 @@ fn memory_limit(cgroup: &Path) -> Option<u64> {
         .ok()
 }
 
-/// The daemon keeps this many spares started ahead (pool.rs `SPARE_WORKERS`).
+/// The daemon keeps this many spares started ahead (pool/spare.rs `SPARE_WORKERS`).
 const SPARES: usize = 2;
 
 /// The spares, once all of them are ready.

@@ -31,5 +31,5 @@ pub struct WorkerSpec {
     pub stopped_by: Option<PathBuf>,
 }
 
-/// The argument a spare worker is started with (pool.rs), as long as `__worker`.
+/// The argument a spare worker is started with (pool/spare.rs), as long as `__worker`.
 pub const SPARE_ARG: &str = "__spare_";
