@@ -12,6 +12,7 @@ pub mod client;
 mod daemon;
 mod sandbox;
 mod socket;
+mod sync;
 pub mod tools;
 mod wire;
 mod worker;

@@ -49,6 +49,7 @@
 //! which name flags the model cannot pass. An invalid `include` glob gives `rg failed: {glob error}`
 //! (rg's message for `--glob`), and is checked before the regex, as rg does.
 
+use crate::sync::LockExt;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -332,7 +333,7 @@ impl Job {
                     return WalkState::Continue;
                 }
                 if let Some(m) = searcher.match_file(&matcher, entry.path(), cancel) {
-                    found.lock().unwrap_or_else(|e| e.into_inner()).push(m);
+                    found.locked().push(m);
                 }
                 WalkState::Continue
             })

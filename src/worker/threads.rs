@@ -2,6 +2,7 @@
 //! minutes while other calls proceed), and finished threads wait for the next call instead of
 //! exiting, so a call does not pay for creating a thread.
 
+use crate::sync::LockExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -47,7 +48,7 @@ impl CallThreads {
                 job();
                 loop {
                     idle.fetch_add(1, Ordering::SeqCst);
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let next = queue.locked().recv();
                     match next {
                         Ok(job) => job(),
                         // The worker is shutting down.

@@ -7,6 +7,7 @@
 
 use super::rpc;
 use crate::api::{self, processes_client::ProcessesClient};
+use crate::sync::LockExt;
 use base64::Engine;
 use serde_json::{Value, json};
 use std::collections::{HashSet, VecDeque};
@@ -88,7 +89,7 @@ impl Process {
     }
 
     fn output(&self) -> std::sync::MutexGuard<'_, Output> {
-        self.output.lock().unwrap_or_else(|p| p.into_inner())
+        self.output.locked()
     }
 
     fn stream(&self) -> &'static str {
@@ -103,10 +104,7 @@ impl Process {
 
     /// Records a `writeId`; false when it was written before (the write is not repeated).
     pub fn first_write(&self, write_id: &str) -> bool {
-        self.writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(write_id.to_string())
+        self.writes.locked().insert(write_id.to_string())
     }
 
     /// Reads corral's output until the process is closed, renumbering and notifying.
@@ -241,7 +239,7 @@ impl Process {
     }
 
     async fn notify(&self, outbox: &Outbox, method: &str, params: Value) {
-        let tx = outbox.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let tx = outbox.locked().clone();
         if let Some(tx) = tx {
             // A client that stops reading stalls this pump only (bounded outbox).
             let _ = tx.send(rpc::notification(method, params)).await;

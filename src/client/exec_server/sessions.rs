@@ -11,6 +11,7 @@ use super::process::{Outbox, Process, RETAIN_CLOSED};
 use super::rpc::RpcError;
 use super::sandbox::SessionSpec;
 use crate::api::{self, processes_client::ProcessesClient, sessions_client::SessionsClient};
+use crate::sync::LockExt;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,7 +46,7 @@ pub struct Registry {
 
 impl Registry {
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ExecSession>>> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+        self.sessions.locked()
     }
 
     /// A new session attached to `outbox`.
@@ -85,7 +86,7 @@ impl Registry {
             )
         })?;
         s.generation.fetch_add(1, Ordering::SeqCst);
-        *s.outbox.lock().unwrap_or_else(|p| p.into_inner()) = Some(outbox);
+        *s.outbox.locked() = Some(outbox);
         Ok(s)
     }
 
@@ -93,7 +94,7 @@ impl Registry {
     /// within [`RESUME_WINDOW`].
     pub fn detach(self: &Arc<Self>, s: &Arc<ExecSession>, outbox: &mpsc::Sender<Value>) {
         {
-            let mut current = s.outbox.lock().unwrap_or_else(|p| p.into_inner());
+            let mut current = s.outbox.locked();
             // Taken over by a newer connection meanwhile: not ours to detach.
             if !current.as_ref().is_some_and(|c| c.same_channel(outbox)) {
                 return;
@@ -156,7 +157,7 @@ impl ExecSession {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Process>>> {
-        self.processes.lock().unwrap_or_else(|p| p.into_inner())
+        self.processes.locked()
     }
 
     /// Claims `id` for a process about to start (a duplicate is refused).

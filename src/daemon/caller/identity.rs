@@ -2,6 +2,7 @@
 //! worker runs as (uid, primary gid and supplementary groups from the user and group databases).
 
 use crate::sandbox::policy::Identity;
+use crate::sync::LockExt;
 use nix::unistd::{Gid, Uid, User};
 use std::ffi::CString;
 use tonic::{Request, Status};
@@ -53,15 +54,11 @@ impl Authenticator {
 
     /// The credential name behind `Caller::credential`.
     pub fn name(&self, index: usize) -> Option<String> {
-        self.names
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(index)
-            .cloned()
+        self.names.locked().get(index).cloned()
     }
 
     fn remember(&self, name: String) -> usize {
-        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = self.names.locked();
         match names.iter().position(|n| *n == name) {
             Some(i) => i,
             None => {

@@ -15,6 +15,7 @@ use crate::daemon::pipeline::route::Executor;
 use crate::daemon::rpc::status::{self, invalid_field};
 use crate::daemon::session::sessions::{Session, SessionStore};
 use crate::daemon::session::slots::Slot;
+use crate::sync::RwLockExt;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -363,10 +364,7 @@ impl CorralService {
         identity: Option<&crate::sandbox::policy::Identity>,
     ) -> Rule {
         let (user, groups) = names_of(caller.uid, identity);
-        self.policy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .rule_for(user.as_deref(), &groups)
+        self.policy.read_locked().rule_for(user.as_deref(), &groups)
     }
 
     /// An escalated call runs only if the operator allows it and the caller's rule does; a

@@ -14,6 +14,7 @@ use crate::api;
 pub use crate::calls::facts::Command;
 use crate::daemon::caller::identity::Caller;
 use crate::daemon::session::sessions::Session;
+use crate::sync::LockExt;
 use crate::wire::worker_request::Call;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -356,7 +357,7 @@ impl SessionApprovals {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // Every update is a single insert or remove, so a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Parks a call under `id`; `Err` with the limit when the session already has

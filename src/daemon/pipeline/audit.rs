@@ -5,6 +5,7 @@
 
 use crate::daemon::caller::identity::Caller;
 use crate::grpc_code_name as code_name;
+use crate::sync::LockExt;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
 use serde::Serialize;
@@ -112,15 +113,12 @@ impl Audit {
 
     /// Whether lines are written at all.
     pub fn enabled(&self) -> bool {
-        !matches!(
-            &*self.sink.lock().unwrap_or_else(|p| p.into_inner()),
-            Sink::None
-        )
+        !matches!(&*self.sink.locked(), Sink::None)
     }
 
     /// Reopens the file (after logrotate moved it). Keeps the old one if the new cannot open.
     pub fn reopen(&self) -> Result<(), String> {
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = self.sink.locked();
         if let Sink::File { path, file } = &mut *sink {
             *file = open(path)?;
         }
@@ -132,7 +130,7 @@ impl Audit {
             return;
         };
         line.push('\n');
-        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sink = self.sink.locked();
         let result = match &mut *sink {
             Sink::None => Ok(()),
             Sink::Stdout => std::io::stdout().lock().write_all(line.as_bytes()),

@@ -8,6 +8,7 @@ use crate::daemon::pipeline::admit::{Admitted, CorralService, Trace};
 use crate::daemon::pipeline::audit::Outcome;
 use crate::daemon::rpc::status;
 use crate::daemon::workers::pool::{CallHandle, Credits};
+use crate::sync::LockExt;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply};
 use std::future::Future;
 use std::pin::Pin;
@@ -90,7 +91,7 @@ struct Progress {
 
 impl Progress {
     fn pushed(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.locked();
         if s.0 == 0 {
             s.1 = Some(Instant::now());
         }
@@ -98,7 +99,7 @@ impl Progress {
     }
 
     fn pulled(&self, window_bytes: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.locked();
         s.0 = s.0.saturating_sub(1);
         s.1 = Some(Instant::now());
         self.credited.fetch_add(window_bytes, Ordering::Relaxed);
@@ -106,7 +107,7 @@ impl Progress {
 
     /// Items are waiting and the client has taken none of them for `budget`.
     fn stalled(&self, budget: Duration) -> bool {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.state.locked();
         s.0 > 0 && s.1.is_some_and(|t| t.elapsed() >= budget)
     }
 }

@@ -15,6 +15,7 @@ use crate::daemon::serve::listener;
 use crate::daemon::serve::startup;
 use crate::daemon::session::sessions::SessionStore;
 use crate::pb::FILE_DESCRIPTOR_SET;
+use crate::sync::RwLockExt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -314,7 +315,7 @@ async fn reload_on_sighup(
         if let Some(path) = &config_file {
             match crate::daemon::serve::config::reload_policy(path) {
                 Ok(new) => {
-                    *policy.write().unwrap_or_else(|p| p.into_inner()) = new;
+                    *policy.write_locked() = new;
                     tracing::info!(config = %path.display(), "SIGHUP: policy reloaded");
                 }
                 Err(e) => tracing::error!("SIGHUP: {e}; keeping the previous policy"),

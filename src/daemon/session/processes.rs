@@ -9,6 +9,7 @@
 
 use crate::daemon::session::slots::Slot;
 use crate::sandbox::policy::SandboxPolicy;
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -41,7 +42,7 @@ impl std::fmt::Debug for ProcessHomes {
 
 impl ProcessHomes {
     fn lock(&self) -> MutexGuard<'_, HashMap<i32, Kept>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// A fresh id no process of the session has.

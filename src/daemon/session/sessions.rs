@@ -2,6 +2,7 @@
 
 use crate::api;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
+use crate::sync::LockExt;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -59,8 +60,7 @@ impl Session {
     /// The policy calls run under now (see `live_policy`).
     pub fn current_policy(&self) -> Option<SandboxPolicy> {
         self.live_policy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .clone()
             .or_else(|| self.policy.clone())
     }
@@ -297,7 +297,7 @@ impl SessionStore {
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         // A panic while holding the lock cannot leave the map inconsistent (single inserts and
         // removes), so a poisoned lock is still safe to use.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     pub fn insert(&self, session: Session) -> Result<Arc<Session>, StoreError> {

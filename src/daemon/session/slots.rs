@@ -2,6 +2,7 @@
 //! running-commands metric. A slot is held for the whole command and freed on drop.
 
 use crate::daemon::session::sessions::Session;
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tonic::Status;
@@ -21,7 +22,7 @@ impl RunningCommands {
     /// Takes a slot for one of `session`'s owner's commands, or refuses with the rule's name.
     pub fn start(&self, session: &Session) -> Result<Slot, Status> {
         let uid = session.owner_uid;
-        let mut by_uid = self.by_uid.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_uid = self.by_uid.locked();
         let running = by_uid.entry(uid).or_default();
         if let Some(rule) = &session.rule
             && *running >= rule.max_concurrent_commands
@@ -43,11 +44,7 @@ impl RunningCommands {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut by_uid = self
-            .running
-            .by_uid
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut by_uid = self.running.by_uid.locked();
         if let Some(n) = by_uid.get_mut(&self.uid) {
             *n = n.saturating_sub(1);
             if *n == 0 {

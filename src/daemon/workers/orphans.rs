@@ -11,6 +11,7 @@
 //! back into the daemon's, while the daemon's own children never leave it. A process in the
 //! daemon's session is never touched here.
 
+use crate::sync::LockExt;
 use std::time::{Duration, Instant};
 
 /// How long one sweep may take: a tree is as many rounds as it is deep, each a few ms.
@@ -70,7 +71,7 @@ pub fn kill_adopted() -> usize {
     use nix::sys::signal::{Signal, kill};
     use nix::sys::wait::{WaitPidFlag, waitpid};
     use nix::unistd::Pid;
-    let _one_sweep = SWEEPING.lock().unwrap_or_else(|p| p.into_inner());
+    let _one_sweep = SWEEPING.locked();
     let me = std::process::id() as i32;
     let Ok(my_session) = nix::unistd::getsid(None) else {
         return 0;

@@ -7,6 +7,7 @@
 
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::roots::SessionParams;
+use crate::sync::LockExt;
 use crate::wire::resolve::{ResolveAnswer, ResolveRefusal, ResolveRequest};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -46,7 +47,7 @@ struct Spares {
 
 impl Resolver {
     fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
-        self.spares.lock().unwrap_or_else(|p| p.into_inner())
+        self.spares.locked()
     }
 
     /// Starts helpers in the background until [`SPARE_HELPERS`] are ready or starting. Never
@@ -59,7 +60,7 @@ impl Resolver {
             tokio::spawn(async move {
                 // The fork of the daemon runs on a blocking thread, not a runtime thread.
                 let started = tokio::task::spawn_blocking(start_helper).await;
-                let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let mut spares = shared.locked();
                 spares.starting -= 1;
                 match started {
                     Ok(Ok(child)) if !spares.closed => spares.ready.push_back(child),

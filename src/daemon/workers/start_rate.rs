@@ -10,6 +10,7 @@
 //! The budget is a generic cell rate algorithm: per user, the theoretical arrival time of the
 //! next start. One short lock, no timers, nothing kept for a user idle past its burst window.
 
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -45,7 +46,7 @@ impl StartRate {
         let interval = Duration::from_secs(1) / budget.per_second.max(1);
         // The burst is the backlog of starts the budget absorbs without waiting.
         let window = interval * budget.burst.max(1).saturating_sub(1);
-        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = self.next.locked();
         // Forget users whose budget is full again (bounded table under many users).
         if next.len() > 1024 {
             next.retain(|_, t| *t > now);

@@ -43,6 +43,7 @@
 
 use crate::sandbox::notify::{DirKey, Notifier};
 use crate::sandbox::policy::SandboxPolicy;
+use crate::sync::LockExt;
 use events::{drain, share, watch_loop};
 use root_perms::{access_acl, restore_root_acls, restore_roots_with};
 use std::collections::{HashMap, HashSet};
@@ -440,7 +441,7 @@ impl Drop for CallGuard {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere must not stop removals or reporting.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 #[cfg(test)]

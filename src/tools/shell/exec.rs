@@ -409,6 +409,7 @@ fn read_available(pipe: &mut Pipe, sink: &mut Sink<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::RwLockExt;
     use crate::tools::shell::format::{
         duration_seconds, shell_command_output_text, shell_output_text,
     };
@@ -455,7 +456,7 @@ mod tests {
         cancel: &AtomicBool,
     ) -> Result<ExecOutcome, ToolError> {
         setup();
-        let _shared = RUNS.read().unwrap_or_else(|e| e.into_inner());
+        let _shared = RUNS.read_locked();
         run(r, on_chunk, cancel)
     }
 
@@ -724,7 +725,7 @@ mod tests {
         // at once, so if no snapshot caught it only the start-time rule attributes it, which
         // needs no other command in flight: hence the exclusive lock (a documented limit).
         setup();
-        let _exclusive = RUNS.write().unwrap_or_else(|e| e.into_inner());
+        let _exclusive = RUNS.write_locked();
         let began = Instant::now();
         let never = AtomicBool::new(false);
         let o = run(

@@ -26,6 +26,7 @@
 //! with `WNOWAIT`). That reserves its pid, and with it the session and process-group ids, so the
 //! session rule cannot match an unrelated process that happens to get the same number.
 
+use crate::sync::LockExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -136,7 +137,7 @@ static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
 fn registry() -> MutexGuard<'static, Registry> {
     // A panic while holding the lock leaves the data consistent enough (sets of pids), and
     // refusing to clean up afterwards would leak processes.
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+    REGISTRY.locked()
 }
 
 /// What [`ProcessTree::kill_all`] did.

@@ -13,6 +13,7 @@ pub mod process;
 pub mod table;
 pub mod typed;
 
+use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -252,8 +253,7 @@ fn registry() -> &'static Mutex<HashMap<String, Arc<ProcessTable>>> {
 /// The table of `session`, created on first use.
 pub fn table_of(session: &str) -> Arc<ProcessTable> {
     registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .locked()
         .entry(session.to_string())
         .or_default()
         .clone()
@@ -262,11 +262,7 @@ pub fn table_of(session: &str) -> Arc<ProcessTable> {
 /// The ids `session`'s table started and stopped keeping since the last time (for the
 /// daemon's routing; see `WorkerReply.kept_processes`).
 pub fn changes_of(session: &str) -> (Vec<i32>, Vec<i32>) {
-    let table = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(session)
-        .cloned();
+    let table = registry().locked().get(session).cloned();
     table.map(|t| t.take_changes()).unwrap_or_default()
 }
 
@@ -282,10 +278,7 @@ fn new_id(ctx: &ToolContext, table: &ProcessTable) -> i32 {
 /// The session closed: kill every one of its processes (whole trees) and forget them.
 /// Returns how many were killed.
 pub fn close_session(session: &str) -> usize {
-    let table = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(session);
+    let table = registry().locked().remove(session);
     match table {
         Some(t) => {
             let n = t.len();
@@ -298,12 +291,7 @@ pub fn close_session(session: &str) -> usize {
 
 /// The worker is going away: kill every process of every session.
 pub fn close_all() {
-    let tables: Vec<Arc<ProcessTable>> = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .drain()
-        .map(|(_, t)| t)
-        .collect();
+    let tables: Vec<Arc<ProcessTable>> = registry().locked().drain().map(|(_, t)| t).collect();
     for t in tables {
         t.terminate_all();
     }

@@ -1,6 +1,7 @@
 //! A session's unified-exec processes (spec/tools.md §7.3–7.4): random ids in 1000–99 999,
 //! at most `MAX_UNIFIED_EXEC_PROCESSES` kept, with Codex's eviction order.
 
+use crate::sync::LockExt;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -72,7 +73,7 @@ pub enum Refreshed {
 
 impl ProcessTable {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.locked()
     }
 
     /// A fresh random id, reserved until released or stored.

@@ -4,6 +4,7 @@
 //! call when the worker shuts down.
 
 use crate::api;
+use crate::sync::LockExt;
 use crate::wire::spec::STREAM_WINDOW_BYTES;
 use crate::wire::{UploadPiece, worker_reply};
 use std::collections::{HashMap, VecDeque};
@@ -42,10 +43,10 @@ impl CallState {
     pub(super) fn cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
         {
-            let _guard = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+            let _guard = self.unacked.locked();
             self.wake.notify_all();
         }
-        let _guard = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.inbox.locked();
         self.arrived.notify_all();
     }
 
@@ -54,7 +55,7 @@ impl CallState {
     pub(super) fn deliver(&self, piece: UploadPiece) {
         use prost::Message;
         let len = piece.item.as_ref().map_or(0, |i| i.encoded_len() as u64);
-        let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inbox = self.inbox.locked();
         inbox.1 += len;
         if inbox.1 > 2 * crate::worker::files::UPLOAD_WINDOW_BYTES + (2 << 20) {
             drop(inbox);
@@ -70,7 +71,7 @@ impl CallState {
     pub(super) fn next_piece(&self, wait: bool) -> crate::worker::files::Next {
         use crate::worker::files::Next;
         use prost::Message;
-        let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inbox = self.inbox.locked();
         loop {
             if self.cancel.load(Ordering::SeqCst) {
                 return Next::Cancelled;
@@ -87,7 +88,7 @@ impl CallState {
     }
 
     pub(super) fn credit(&self, bytes: u64) {
-        let mut unacked = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut unacked = self.unacked.locked();
         *unacked = unacked.saturating_sub(bytes);
         self.wake.notify_all();
     }
@@ -98,7 +99,7 @@ impl CallState {
     /// window is full past the command's `deadline`: the executor must get back to its loop to
     /// enforce the timeout, and output the client is not reading is then not worth holding.
     pub(super) fn take_window(&self, bytes: u64, deadline: Option<Instant>) -> bool {
-        let mut unacked = self.unacked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut unacked = self.unacked.locked();
         loop {
             if self.cancel.load(Ordering::SeqCst) {
                 return false;
@@ -146,13 +147,11 @@ pub(super) fn delta_bytes(reply: &worker_reply::Result) -> u64 {
 
 /// Cancels every in-flight call (each kills its command's tree) and waits for them to end.
 pub(super) fn cancel_all_and_wait(calls: &Calls) {
-    for call in calls.lock().unwrap_or_else(|p| p.into_inner()).values() {
+    for call in calls.locked().values() {
         call.cancel();
     }
     let deadline = std::time::Instant::now() + SHUTDOWN_KILL_WAIT;
-    while !calls.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-        && std::time::Instant::now() < deadline
-    {
+    while !calls.locked().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }

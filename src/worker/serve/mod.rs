@@ -20,6 +20,7 @@ mod spare;
 mod state;
 mod watchdog;
 
+use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::spec::{WORKER_FD, WorkerSpec};
 use crate::wire::{Ready, ToolFailure, WorkerReply, worker_reply};
@@ -189,7 +190,7 @@ impl Writer {
 
 impl Serving {
     fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+        self.writer.locked()
     }
 }
 
@@ -199,7 +200,7 @@ fn serve(reader: UnixStream, writer: UnixStream, state: WorkerState) {
     read_loop(&serving);
     // Another thread may have taken over reading; the worker is done when the socket closed.
     let (lock, cv) = &serving.ended;
-    let mut ended = lock.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ended = lock.locked();
     while !*ended {
         ended = cv.wait(ended).unwrap_or_else(|p| p.into_inner());
     }

@@ -6,6 +6,7 @@
 use super::Serving;
 use super::call_state::{CallState, cancel_all_and_wait};
 use super::run::{Job, run};
+use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::{ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ fn runs_inline(call: &worker_request::Call) -> bool {
 /// Reads and starts calls until the socket closes, or until this thread ran a call itself for
 /// so long that another took over reading.
 pub(super) fn read_loop(serving: &Arc<Serving>) {
-    let mut source = serving.source.lock().unwrap_or_else(|p| p.into_inner());
+    let mut source = serving.source.locked();
     loop {
         if source.ended {
             return;
@@ -40,7 +41,7 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
                 cancel_all_and_wait(&serving.calls);
                 crate::tools::unified_exec::close_all();
                 let (lock, cv) = &serving.ended;
-                *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                *lock.locked() = true;
                 cv.notify_all();
                 return;
             }
@@ -53,12 +54,7 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
             _ => None,
         };
         if let Some(target) = target {
-            let found = serving
-                .calls
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&target)
-                .cloned();
+            let found = serving.calls.locked().get(&target).cloned();
             match (found, call) {
                 (Some(c), worker_request::Call::Credit(credit)) => c.credit(credit.bytes),
                 (Some(c), worker_request::Call::UploadPiece(piece)) => c.deliver(piece),
@@ -76,11 +72,7 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
         source.highest_id = source.highest_id.max(req.id);
         let cancel = Arc::new(AtomicBool::new(source.early_cancels.remove(&req.id)));
         let call_state = Arc::new(CallState::new(cancel.clone()));
-        serving
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.id, call_state.clone());
+        serving.calls.locked().insert(req.id, call_state.clone());
         let job = Job {
             id: req.id,
             context: req.context,
@@ -119,11 +111,7 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
         let id = job.id;
         let on_thread = serving.clone();
         if let Err(e) = serving.threads.run(move || run(&on_thread, job)) {
-            serving
-                .calls
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            serving.calls.locked().remove(&id);
             let reply = WorkerReply {
                 id,
                 last: true,

@@ -5,6 +5,7 @@
 use super::Serving;
 use super::call_state::{CallState, delta_bytes};
 use super::reply::bounded;
+use crate::sync::LockExt;
 use crate::wire::{CallContext, ToolFailure, WorkerReply, worker_reply, worker_request};
 use crate::worker::dispatch;
 use std::sync::Arc;
@@ -81,9 +82,5 @@ pub(super) fn run(serving: &Serving, job: Job) {
             .unwrap_or_default(),
     };
     let _ = serving.writer().send(&reply);
-    serving
-        .calls
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&id);
+    serving.calls.locked().remove(&id);
 }

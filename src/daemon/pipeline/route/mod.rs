@@ -10,6 +10,7 @@ use crate::daemon::workers::start_rate::StartRate;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
+use crate::sync::LockExt;
 use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -85,12 +86,7 @@ impl Executor {
     /// The session no longer uses its worker.
     pub async fn close(&self, session: &Session) {
         // Its long-lived processes (unified exec) die with it, before the workers are let go.
-        let held: Vec<SandboxPolicy> = std::mem::take(
-            &mut *session
-                .held_policies
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let held: Vec<SandboxPolicy> = std::mem::take(&mut *session.held_policies.locked());
         let mut policies: Vec<SandboxPolicy> = Vec::new();
         for policy in [
             session.current_policy(),
@@ -196,18 +192,11 @@ impl Executor {
         }
         tracing::info!(session = %session.id, change = what, "protection changed; moving the session to a new worker");
         self.pool.acquire(&fresh).await?;
-        *session
-            .live_policy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(fresh);
+        *session.live_policy.locked() = Some(fresh);
         if session.processes.lives_in(&current) {
             // Processes the session started there keep running where they are; calls naming
             // them are routed there until the session closes.
-            session
-                .held_policies
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(current);
+            session.held_policies.locked().push(current);
         } else {
             self.pool.release(&current).await;
         }

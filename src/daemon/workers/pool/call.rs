@@ -6,6 +6,7 @@
 
 use super::worker::{OUTGOING_BYTES, Worker};
 use crate::daemon::rpc::status;
+use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::{
     CallContext, WorkerReply, WorkerRequest, worker_reply::Result as Reply, worker_request::Call,
@@ -38,17 +39,11 @@ impl Worker {
             .await
             .map_err(|_| status::worker_died())?;
         let (tx, rx) = mpsc::unbounded_channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, tx);
+        self.pending.locked().insert(id, tx);
         // The reader clears the table when the worker dies; an entry added after that would
         // never see its sender dropped.
         if self.is_dead() {
-            self.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            self.pending.locked().remove(&id);
             return Err(status::worker_died());
         }
         // From here on the handle exists, so a failure or a dropped future cancels the call.

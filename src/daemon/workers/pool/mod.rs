@@ -24,6 +24,7 @@ pub use worker::Worker;
 use crate::sandbox::cgroup::MemoryCgroups;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::Layer;
+use crate::sync::LockExt;
 use crate::wire::spec::WorkerSpec;
 use spare::{REPLACE_AFTER, Spare, Spares};
 use std::collections::HashMap;
@@ -97,7 +98,7 @@ impl WorkerPool {
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxPolicy, PoolEntry>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+        self.workers.locked()
     }
 
     /// The slot of `policy`, created if missing; `join` counts one more session on it.
@@ -283,11 +284,7 @@ impl WorkerPool {
         };
         drop(spares);
         // Every worker process, also those no session uses any more that are still finishing.
-        let workers: Vec<_> = LIVE
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-            .collect();
+        let workers: Vec<_> = LIVE.locked().drain(..).collect();
         for (stop, _) in &workers {
             stop.notify_one();
         }

@@ -7,6 +7,7 @@
 use super::WorkerPool;
 use super::worker::hung_up;
 use crate::sandbox::cgroup::WorkerCgroup;
+use crate::sync::LockExt;
 use crate::wire::spec::{SPARE_ARG, WORKER_FD};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -157,7 +158,7 @@ pub(super) struct Spares {
 
 impl WorkerPool {
     pub(super) fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
-        self.spares.lock().unwrap_or_else(|p| p.into_inner())
+        self.spares.locked()
     }
 
     /// Starts spare workers in the background until [`SPARE_WORKERS`] are ready or starting.
@@ -178,7 +179,7 @@ impl WorkerPool {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                     // The daemon may have begun stopping meanwhile: start nothing then.
-                    let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut spares = shared.locked();
                     if spares.closed {
                         spares.starting -= 1;
                         return;
@@ -202,7 +203,7 @@ impl WorkerPool {
                     Spare::start(cgroup, true)
                 })
                 .await;
-                let mut spares = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let mut spares = shared.locked();
                 spares.starting -= 1;
                 match started {
                     Ok(Ok(spare)) if !spares.closed => spares.ready.push(spare),

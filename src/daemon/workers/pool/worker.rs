@@ -7,6 +7,7 @@ use super::spare::Spare;
 use crate::api;
 use crate::daemon::rpc::status;
 use crate::sandbox::cgroup::WorkerCgroup;
+use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::spec::WorkerSpec;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply};
@@ -136,7 +137,7 @@ impl Worker {
         let (reaped_tx, reaped) = tokio::sync::watch::channel(false);
         let stop = Arc::new(tokio::sync::Notify::new());
         {
-            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            let mut live = LIVE.locked();
             live.retain(|(_, reaped)| !*reaped.borrow());
             live.push((stop.clone(), reaped.clone()));
         }
@@ -207,11 +208,10 @@ impl Worker {
                     {
                         if !reply.guard_stopped.is_empty() {
                             stopped
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
+                                .locked()
                                 .get_or_insert_with(|| PathBuf::from(&reply.guard_stopped));
                         }
-                        let mut table = pending.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut table = pending.locked();
                         let (id, last) = (reply.id, reply.last);
                         if let Some(tx) = table.get(&id) {
                             let _ = tx.send(reply);
@@ -253,7 +253,7 @@ impl Worker {
                     .await;
                 let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
-                pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                pending.locked().clear();
             });
         }
         Ok(Arc::new(Worker {
@@ -271,10 +271,7 @@ impl Worker {
 
     /// The protected path whose creation stopped this worker's sandbox (H18), if one did.
     pub fn stopped(&self) -> Option<PathBuf> {
-        self.stopped
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.stopped.locked().clone()
     }
 
     /// The worker exited: its reader saw the EOF, or its end of the socket is closed already.

@@ -18,6 +18,7 @@
 mod reader;
 mod spawn;
 
+use crate::sync::LockExt;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -68,7 +69,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 }
 
@@ -189,7 +190,7 @@ impl Process {
 
     /// Closes stdin (pipes mode): the process reads end-of-file.
     pub fn close_stdin(&self) -> io::Result<()> {
-        match self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        match self.stdin.locked().take() {
             Some(_) => Ok(()),
             None => Err(io::Error::from_raw_os_error(libc::EBADF)),
         }
@@ -245,7 +246,7 @@ impl Process {
 
     /// Writes `data` to the PTY, or to stdin in pipes mode when it is open.
     pub fn write(&self, data: &[u8]) -> io::Result<()> {
-        let stdin = self.stdin.lock().unwrap_or_else(|p| p.into_inner());
+        let stdin = self.stdin.locked();
         let fd = match (&self.master, stdin.as_ref()) {
             (Some(master), _) => master.as_raw_fd(),
             (None, Some(pipe)) => pipe.as_raw_fd(),
@@ -299,7 +300,7 @@ impl Process {
     /// Kills the whole tree and waits until it is gone.
     pub fn terminate_and_wait(&self) {
         self.terminate();
-        let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let handle = self.reader.locked().take();
         if let Some(h) = handle {
             let _ = h.join();
         }
