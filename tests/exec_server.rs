@@ -81,20 +81,7 @@ async fn scripted_turn(transport: Transport) {
     // The command ran, confined by corral: its write inside is on the host, the one outside
     // was refused by the sandbox.
     let c1 = output_of(&requests[1], "c1");
-    assert!(c1.contains("made-by-codex"), "{c1}");
-    assert!(
-        c1.contains("NoNewPrivs:\t1") && c1.contains("Seccomp:\t2"),
-        "{c1}"
-    );
-    assert!(
-        c1.contains("WRITE-REFUSED") && c1.contains("Read-only file system"),
-        "{c1}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws_path.join("inside.txt")).unwrap(),
-        "made-by-codex\n"
-    );
-    assert!(!leak.exists(), "the sandbox wrote outside the workspace");
+    codex_support::assert_sandboxed_writes(&ws_path, &leak, &c1, "made-by-codex");
     // The TTY process got what write_stdin sent.
     let c3 = output_of(&requests[3], "c3");
     assert!(c3.contains("hello-tty"), "{c3}");

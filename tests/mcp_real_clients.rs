@@ -67,25 +67,6 @@ fn write_command(leak: &Path) -> String {
     )
 }
 
-/// What the host sees after the command ran in corral's sandbox: the write inside is there,
-/// the one outside is not.
-fn assert_sandboxed_writes(ws: &Path, leak: &Path, output: &str) {
-    assert!(output.contains("made-by-corral"), "{output}");
-    assert!(
-        output.contains("NoNewPrivs:\t1") && output.contains("Seccomp:\t2"),
-        "{output}"
-    );
-    assert!(
-        output.contains("WRITE-REFUSED") && output.contains("Read-only file system"),
-        "{output}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.join("inside.txt")).unwrap(),
-        "made-by-corral\n"
-    );
-    assert!(!leak.exists(), "the sandbox wrote outside the workspace");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Codex
 
@@ -225,7 +206,7 @@ async fn codex_turn(approve: bool) {
     let lines = audit_lines(&audit);
     if approve {
         // exec_command ran in corral's sandbox.
-        assert_sandboxed_writes(&ws_path, &leak, &c1);
+        codex_support::assert_sandboxed_writes(&ws_path, &leak, &c1, "made-by-corral");
         let exec = audited(&lines, "exec_command", "made-by-corral > inside.txt")
             .unwrap_or_else(|| panic!("no exec_command in the audit log: {lines:?}"));
         assert_eq!(exec["mode"], "workspace-write", "{exec}");
@@ -251,40 +232,16 @@ async fn codex_turn(approve: bool) {
 // ---------------------------------------------------------------------------------------------
 // Claude Code
 
-/// The pinned Claude Code: CORRAL_CLAUDE, else where `.ci/run` installs it. Its version must be
-/// the pinned one.
+/// The pinned Claude Code: CORRAL_CLAUDE, else where `.ci/run` installs it.
 fn claude() -> PathBuf {
-    let version =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/claude/VERSION"))
-            .unwrap()
-            .trim()
-            .to_string();
-    let path = std::env::var_os("CORRAL_CLAUDE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            PathBuf::from(home).join(format!(
-                ".cache/corral-ci/claude-code-{version}/node_modules/.bin/claude"
-            ))
-        });
-    let out = std::process::Command::new(&path)
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "the pinned Claude Code {version} is needed ({}: {e}); `.ci/run` installs it, or \
-                 `npm install --prefix ~/.cache/corral-ci/claude-code-{version} \
-                 @anthropic-ai/claude-code@{version}`",
-                path.display()
-            )
-        });
-    let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        shown.contains(&version),
-        "{} is {shown:?}, not the pinned {version}",
-        path.display()
-    );
-    path
+    codex_support::pinned_npm_bin(
+        "Claude Code",
+        "claude",
+        "CORRAL_CLAUDE",
+        "claude-code",
+        "@anthropic-ai/claude-code",
+        "claude",
+    )
 }
 
 /// A scripted Claude: the answer to a request is the content blocks (`tool_use`, `text`) of the
@@ -624,7 +581,7 @@ async fn claude_turn(recipe: ClaudeRecipe) {
     assert!(search.contains("mcp__corral__exec_command"), "{search}");
     // exec_command ran in corral's sandbox and its output came back to the model.
     let exec = tool_result_text(last, "toolu_exec");
-    assert_sandboxed_writes(&ws_path, &leak, &exec);
+    codex_support::assert_sandboxed_writes(&ws_path, &leak, &exec, "made-by-corral");
     assert!(exec.contains("Process exited with code 0"), "{exec}");
     // The read-only tool answered.
     let read = tool_result_text(last, "toolu_read");

@@ -157,3 +157,23 @@ pub fn scripted_turns(ws: &Path, leak: &Path) -> Vec<Turn> {
         Box::new(|_| vec![message("done")]),
     ]
 }
+
+/// What the host sees after a command ran in corral's sandbox (it wrote `MARKER` to
+/// `inside.txt`, printed its NoNewPrivs/Seccomp lines, tried to write `leak`): the write inside
+/// is there, the one outside was refused and is not.
+pub fn assert_sandboxed_writes(ws: &Path, leak: &Path, output: &str, marker: &str) {
+    assert!(output.contains(marker), "{output}");
+    assert!(
+        output.contains("NoNewPrivs:\t1") && output.contains("Seccomp:\t2"),
+        "{output}"
+    );
+    assert!(
+        output.contains("WRITE-REFUSED") && output.contains("Read-only file system"),
+        "{output}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("inside.txt")).unwrap(),
+        format!("{marker}\n")
+    );
+    assert!(!leak.exists(), "the sandbox wrote outside the workspace");
+}

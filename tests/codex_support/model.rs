@@ -12,26 +12,41 @@ use tokio::net::{TcpListener, TcpStream};
 /// The pinned Codex: CORRAL_CODEX, else where `.ci/run` installs it. Its version must be the
 /// pinned one.
 pub fn codex() -> PathBuf {
-    let version =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/codex/VERSION"))
-            .unwrap()
-            .trim()
-            .to_string();
-    let path = std::env::var_os("CORRAL_CODEX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_default();
-            PathBuf::from(home).join(format!(
-                ".cache/corral-ci/codex-{version}/node_modules/.bin/codex"
-            ))
-        });
+    pinned_npm_bin(
+        "Codex",
+        "codex",
+        "CORRAL_CODEX",
+        "codex",
+        "@openai/codex",
+        "codex",
+    )
+}
+
+/// A client pinned in `tests/<dir>/VERSION` and installed from npm by `.ci/run` under
+/// `~/.cache/corral-ci/<prefix>-VERSION` (or named by `env`), checked to be that version.
+pub fn pinned_npm_bin(
+    what: &str,
+    dir: &str,
+    env: &str,
+    prefix: &str,
+    package: &str,
+    bin: &str,
+) -> PathBuf {
+    let file = format!("{}/tests/{dir}/VERSION", env!("CARGO_MANIFEST_DIR"));
+    let version = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    let path = std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").unwrap_or_default();
+        PathBuf::from(home).join(format!(
+            ".cache/corral-ci/{prefix}-{version}/node_modules/.bin/{bin}"
+        ))
+    });
     let out = std::process::Command::new(&path)
         .arg("--version")
         .output()
         .unwrap_or_else(|e| {
             panic!(
-                "the pinned Codex {version} is needed ({}: {e}); `.ci/run` installs it, or \
-                 `npm install --prefix ~/.cache/corral-ci/codex-{version} @openai/codex@{version}`",
+                "the pinned {what} {version} is needed ({}: {e}); `.ci/run` installs it, or \
+                 `npm install --prefix ~/.cache/corral-ci/{prefix}-{version} {package}@{version}`",
                 path.display()
             )
         });
