@@ -127,17 +127,46 @@ async fn codex_without_the_approval_line_runs_only_the_read_only_tools() {
     codex_turn(false).await;
 }
 
+/// A turn's stage: a daemon with its audit log, a workspace holding `host.txt`, and a path
+/// outside every writable root that the sandboxed command tries to write.
+struct Stage {
+    daemon: Daemon,
+    audit: PathBuf,
+    ws_path: PathBuf,
+    leak: PathBuf,
+    _dirs: [tempfile::TempDir; 3],
+}
+
+impl Stage {
+    async fn new() -> Stage {
+        let logs = outside();
+        let audit = logs.path().join("audit.log");
+        let daemon = Daemon::start(&["--audit-log", audit.to_str().unwrap()]).await;
+        let ws = scratch();
+        let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+        std::fs::write(ws_path.join("host.txt"), "written-on-the-host\n").unwrap();
+        let forbidden = outside();
+        let leak = forbidden.path().join("leak");
+        Stage {
+            daemon,
+            audit,
+            ws_path,
+            leak,
+            _dirs: [logs, ws, forbidden],
+        }
+    }
+}
+
 async fn codex_turn(approve: bool) {
     // Fail early, before a daemon starts, when the pinned Codex is missing.
     codex();
-    let logs = outside();
-    let audit = logs.path().join("audit.log");
-    let d = Daemon::start(&["--audit-log", audit.to_str().unwrap()]).await;
-    let ws = scratch();
-    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws_path.join("host.txt"), "written-on-the-host\n").unwrap();
-    let forbidden = outside();
-    let leak = forbidden.path().join("leak");
+    let stage = Stage::new().await;
+    let d = &stage.daemon;
+    let (audit, ws_path, leak) = (
+        stage.audit.clone(),
+        stage.ws_path.clone(),
+        stage.leak.clone(),
+    );
     let cmd = write_command(&leak);
 
     let turns: Vec<Turn> = vec![
@@ -507,14 +536,13 @@ async fn claude_code_runs_corrals_tools_from_an_mcp_config_file() {
 async fn claude_turn(recipe: ClaudeRecipe) {
     // Fail early, before a daemon starts, when the pinned Claude Code is missing.
     claude();
-    let logs = outside();
-    let audit = logs.path().join("audit.log");
-    let d = Daemon::start(&["--audit-log", audit.to_str().unwrap()]).await;
-    let ws = scratch();
-    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-    std::fs::write(ws_path.join("host.txt"), "written-on-the-host\n").unwrap();
-    let forbidden = outside();
-    let leak = forbidden.path().join("leak");
+    let stage = Stage::new().await;
+    let d = &stage.daemon;
+    let (audit, ws_path, leak) = (
+        stage.audit.clone(),
+        stage.ws_path.clone(),
+        stage.leak.clone(),
+    );
     let cmd = write_command(&leak);
 
     let turns: Vec<ClaudeTurn> = vec![
@@ -543,7 +571,7 @@ async fn claude_turn(recipe: ClaudeRecipe) {
     ];
     let model = MockClaude::start(turns).await;
     let home = ClaudeHome::new();
-    let config_file = logs.path().join("corral-mcp.json");
+    let config_file = audit.with_file_name("corral-mcp.json");
     let mut args = vec![
         "-p",
         "run the scripted turn",
