@@ -60,11 +60,7 @@ fn audited<'a>(lines: &'a [Value], tool: &str, needle: &str) -> Option<&'a Value
 /// The command the model runs through corral's exec_command: a write inside the workspace and
 /// one outside it (`leak`, in no writable root).
 fn write_command(leak: &Path) -> String {
-    format!(
-        "echo made-by-corral > inside.txt; cat inside.txt; grep -E '^(NoNewPrivs|Seccomp):' \
-         /proc/self/status; echo x > {} || echo WRITE-REFUSED",
-        leak.display()
-    )
+    codex_support::sandboxed_writes_command(leak, "made-by-corral")
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -354,21 +354,10 @@ pub fn intercept_apply_patch(
 /// Whether a model call named `name` with `arguments` will be answered by
 /// [`intercept_apply_patch`] (a patch or a bare patch through `shell`/`shell_command`). The
 /// worker puts such a call under apply_patch's guard, and the daemon never escalates it:
-/// apply_patch never runs outside the session's sandbox (§5.6).
+/// apply_patch never runs outside the session's sandbox (§5.6). The decision is
+/// [`ToolCall::intercepts_apply_patch`](super::tool_call::ToolCall), for callers without a parse.
 pub fn intercepts_apply_patch(name: &str, arguments: &str) -> bool {
-    let form = match name {
-        "shell" | "container.exec" => ShellArgs::parse(arguments)
-            .ok()
-            .map(|a| classify_argv(&a.command)),
-        "shell_command" => ShellCommandArgs::parse(arguments)
-            .ok()
-            .map(|a| classify_script(&a.command)),
-        "exec_command" => unified_exec::ExecCommandArgs::parse(arguments)
-            .ok()
-            .map(|a| classify_script(&a.cmd)),
-        _ => None,
-    };
-    form.is_some_and(|f| f != Invocation::NotPatch)
+    super::tool_call::ToolCall::new(name, arguments, false).intercepts_apply_patch()
 }
 
 /// A function tool: refuses a freeform payload, parses the JSON arguments into `A`, runs `run`.

@@ -27,14 +27,19 @@ thread_local! {
 impl ToolCall {
     /// The one parse of the call's arguments.
     pub fn parse(r: &api::InvokeRequest) -> ToolCall {
+        ToolCall::new(&r.name, &r.arguments, r.freeform)
+    }
+
+    /// A call named `name` with `arguments` (the raw input of a freeform call).
+    pub fn new(name: &str, arguments: &str, freeform: bool) -> ToolCall {
         #[cfg(test)]
         PARSES.with(|n| n.set(n.get() + 1));
-        let args = (!r.freeform)
-            .then(|| serde_json::from_str(&r.arguments).ok())
+        let args = (!freeform)
+            .then(|| serde_json::from_str(arguments).ok())
             .flatten();
         ToolCall {
-            name: r.name.clone(),
-            freeform: r.freeform,
+            name: name.to_string(),
+            freeform,
             args,
         }
     }

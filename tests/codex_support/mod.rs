@@ -112,11 +112,7 @@ pub fn write_pixel(ws: &Path) {
 /// write_stdin to it, a freeform apply_patch adding `patched.txt`, a view_image, and a final
 /// message.
 pub fn scripted_turns(ws: &Path, leak: &Path) -> Vec<Turn> {
-    let leak_cmd = format!(
-        "echo made-by-codex > inside.txt; cat inside.txt; grep -E '^(NoNewPrivs|Seccomp):' \
-         /proc/self/status; echo x > {} || echo WRITE-REFUSED",
-        leak.display()
-    );
+    let leak_cmd = sandboxed_writes_command(leak, "made-by-codex");
     let image = ws.join("pixel.png").to_string_lossy().into_owned();
     vec![
         Box::new(move |_| {
@@ -156,6 +152,16 @@ pub fn scripted_turns(ws: &Path, leak: &Path) -> Vec<Turn> {
         Box::new(move |_| vec![function_call("view_image", "c5", json!({"path": image}))]),
         Box::new(|_| vec![message("done")]),
     ]
+}
+
+/// The command [`assert_sandboxed_writes`] judges: writes `marker` to `inside.txt` in its cwd,
+/// prints its NoNewPrivs/Seccomp lines, and tries to write `leak`.
+pub fn sandboxed_writes_command(leak: &Path, marker: &str) -> String {
+    format!(
+        "echo {marker} > inside.txt; cat inside.txt; grep -E '^(NoNewPrivs|Seccomp):' \
+         /proc/self/status; echo x > {} || echo WRITE-REFUSED",
+        leak.display()
+    )
 }
 
 /// What the host sees after a command ran in corral's sandbox (it wrote `MARKER` to

@@ -132,21 +132,12 @@ impl Process {
                         && self.terminated.load(Ordering::SeqCst) =>
                 {
                     // Terminated: corral killed the tree and forgot it.
-                    let seq = self.end(|o| o.closed = true);
-                    self.notify(
-                        &outbox,
-                        "process/closed",
-                        json!({"processId": self.id, "seq": seq}),
-                    )
-                    .await;
+                    self.close(None, &outbox).await;
                     return;
                 }
                 Err(status) => {
-                    self.fail(
-                        format!("corral stopped reporting the process: {}", status.message()),
-                        &outbox,
-                    )
-                    .await;
+                    let why = format!("corral stopped reporting the process: {}", status.message());
+                    self.close(Some(why), &outbox).await;
                     return;
                 }
             };
@@ -181,13 +172,7 @@ impl Process {
                 .await;
             }
             if state.closed {
-                let seq = self.end(|o| o.closed = true);
-                self.notify(
-                    &outbox,
-                    "process/closed",
-                    json!({"processId": self.id, "seq": seq}),
-                )
-                .await;
+                self.close(None, &outbox).await;
                 return;
             }
             if !r.more && r.last_seq.is_none() && !state.running && state.exit_code.is_none() {
@@ -197,9 +182,10 @@ impl Process {
         }
     }
 
-    async fn fail(&self, why: String, outbox: &Outbox) {
+    /// The output ended: closed, or (`failure`) lost; `process/closed` takes the next seq.
+    async fn close(&self, failure: Option<String>, outbox: &Outbox) {
         let seq = self.end(|o| {
-            o.failure = Some(why);
+            o.failure = failure;
             o.closed = true;
         });
         self.notify(
