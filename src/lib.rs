@@ -60,18 +60,3 @@ pub mod pb {
 
 /// The public API types (`corral.v1`).
 pub use pb::corral::v1 as api;
-
-/// A gRPC status code's canonical name (`NOT_FOUND`), as every gRPC library spells it: the
-/// audit log's outcomes and the CLI's JSON errors.
-pub fn grpc_code_name(code: tonic::Code) -> String {
-    let name = format!("{code:?}");
-    // CamelCase → SCREAMING_SNAKE_CASE.
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(c.to_ascii_uppercase());
-    }
-    out
-}

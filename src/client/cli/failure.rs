@@ -62,10 +62,25 @@ impl Failure {
     /// `{"error": {"code": "NOT_FOUND", "message": …}}` for --json (`code` is null when the
     /// daemon was not reached or did not answer with a status).
     pub(super) fn json(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code.map(crate::grpc_code_name), "message": self.message}})
+        json!({"error": {"code": self.code.map(grpc_code_name), "message": self.message}})
     }
 }
 
 pub(in crate::client) fn status_text(s: tonic::Status) -> String {
     format!("{:?}: {}", s.code(), s.message())
+}
+
+/// A gRPC status code's canonical name (`NOT_FOUND`), as every gRPC library spells it: the
+/// CLI's JSON errors.
+fn grpc_code_name(code: tonic::Code) -> String {
+    let name = format!("{code:?}");
+    // CamelCase → SCREAMING_SNAKE_CASE.
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
 }

@@ -1,11 +1,12 @@
 //! Who is calling: the Unix socket's peer credentials, turned into the identity the session's
 //! worker runs as (uid, primary gid and supplementary groups from the user and group databases).
 
+use crate::daemon::error::CallError;
 use crate::sandbox::policy::Identity;
 use crate::sync::LockExt;
 use nix::unistd::{Gid, Uid, User};
 use std::ffi::CString;
-use tonic::{Request, Status};
+use tonic::Request;
 
 /// The caller of one RPC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,13 +70,15 @@ impl Authenticator {
     }
 
     /// The caller of `request`.
-    pub fn caller_of<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+    pub fn caller_of<T>(&self, request: &Request<T>) -> Result<Caller, CallError> {
         if let Some(info) = request
             .extensions()
             .get::<tonic::transport::server::UdsConnectInfo>()
         {
             let cred = info.peer_cred.ok_or_else(|| {
-                Status::unauthenticated("the Unix socket did not report the caller's credentials")
+                CallError::Unauthenticated(
+                    "the Unix socket did not report the caller's credentials".into(),
+                )
             })?;
             return Ok(Caller {
                 uid: cred.uid(),
@@ -97,11 +100,11 @@ impl Authenticator {
         };
         let principal = credentials.authenticate(request)?;
         let user = User::from_name(&principal.user)
-            .map_err(|e| Status::internal(format!("cannot read the user database: {e}")))?
+            .map_err(|e| CallError::Internal(format!("cannot read the user database: {e}")))?
             .ok_or_else(|| {
                 tracing::error!(credential = %principal.credential, user = %principal.user, "credential maps to an unknown user");
-                Status::unauthenticated(
-                    "authentication required: present a valid client certificate or token",
+                CallError::Unauthenticated(
+                    "authentication required: present a valid client certificate or token".into(),
                 )
             })?;
         Ok(Caller {
@@ -120,7 +123,7 @@ impl Authenticator {
 pub fn worker_identity(
     caller: Caller,
     root_callers: RootCallers,
-) -> Result<Option<Identity>, Status> {
+) -> Result<Option<Identity>, CallError> {
     worker_identity_of(nix::unistd::geteuid().as_raw(), caller, root_callers)
 }
 
@@ -128,10 +131,10 @@ fn worker_identity_of(
     daemon_uid: u32,
     caller: Caller,
     root_callers: RootCallers,
-) -> Result<Option<Identity>, Status> {
+) -> Result<Option<Identity>, CallError> {
     if daemon_uid != 0 {
         if caller.uid != daemon_uid {
-            return Err(Status::permission_denied(format!(
+            return Err(CallError::Denied(format!(
                 "this daemon runs as uid {daemon_uid}, not root, and serves only uid \
                  {daemon_uid} (caller is uid {}); start your own corral daemon, or run corral as \
                  root to serve several users",
@@ -142,25 +145,25 @@ fn worker_identity_of(
     }
     if caller.uid == 0 {
         return match root_callers {
-            RootCallers::Deny => Err(Status::permission_denied(
-                "root callers are refused by this daemon's root_callers rule (deny)",
+            RootCallers::Deny => Err(CallError::Denied(
+                "root callers are refused by this daemon's root_callers rule (deny)".into(),
             )),
             // Root stays uid 0; the sandbox drops every capability (spec/sandbox.md §3.4).
             _ => Ok(None),
         };
     }
     let user = User::from_uid(Uid::from_raw(caller.uid))
-        .map_err(|e| Status::internal(format!("cannot read the user database: {e}")))?
+        .map_err(|e| CallError::Internal(format!("cannot read the user database: {e}")))?
         .ok_or_else(|| {
-            Status::permission_denied(format!(
+            CallError::Denied(format!(
                 "uid {} has no entry in the user database; corral serves only known users",
                 caller.uid
             ))
         })?;
     let name = CString::new(user.name.as_bytes())
-        .map_err(|_| Status::internal("user name contains a NUL byte"))?;
+        .map_err(|_| CallError::Internal("user name contains a NUL byte".into()))?;
     let mut groups: Vec<u32> = nix::unistd::getgrouplist(&name, user.gid)
-        .map_err(|e| Status::internal(format!("cannot read the groups of {}: {e}", user.name)))?
+        .map_err(|e| CallError::Internal(format!("cannot read the groups of {}: {e}", user.name)))?
         .into_iter()
         .map(Gid::as_raw)
         .collect();
@@ -200,7 +203,7 @@ mod tests {
             );
             for other in [0, 1001] {
                 let err = worker_identity_of(1000, caller(other), root_callers).unwrap_err();
-                assert_eq!(err.code(), tonic::Code::PermissionDenied);
+                assert!(matches!(err, CallError::Denied(_)));
                 assert!(
                     err.message().contains("serves only uid 1000")
                         && err.message().contains(&format!("caller is uid {other}")),
@@ -218,6 +221,6 @@ mod tests {
             None
         );
         let err = worker_identity_of(0, caller(0), RootCallers::Deny).unwrap_err();
-        assert_eq!(err.code(), tonic::Code::PermissionDenied);
+        assert!(matches!(err, CallError::Denied(_)));
     }
 }

@@ -10,9 +10,9 @@
 //! needs TLS or a token, which a sandbox does not have.
 
 use crate::daemon::caller::identity::Caller;
+use crate::daemon::error::CallError;
 use crate::sandbox::confinement::corral_sandbox_of;
 pub use crate::sandbox::confinement::is_sandboxed;
-use tonic::Status;
 
 /// What the refusal says.
 pub const SANDBOXED_PEER: &str = "the calling process is itself sandboxed (NoNewPrivs/seccomp/\
@@ -36,9 +36,9 @@ pub fn full_access_refusal(caller: Caller) -> Option<&'static str> {
 }
 
 /// [`full_access_refusal`] as PERMISSION_DENIED.
-pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), Status> {
+pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), CallError> {
     match full_access_refusal(caller) {
-        Some(why) => Err(Status::permission_denied(why)),
+        Some(why) => Err(CallError::Denied(why.to_string())),
         None => Ok(()),
     }
 }
@@ -49,7 +49,7 @@ pub fn refuse_if_sandboxed(caller: Caller) -> Result<(), Status> {
 /// in is, so any session there could be wider (workspace-write rooted at `$HOME` from a
 /// read-only sandbox). A process sandboxed by something else (a container) keeps the sandboxed
 /// modes.
-pub fn refuse_if_in_a_corral_sandbox(caller: Caller) -> Result<(), Status> {
+pub fn refuse_if_in_a_corral_sandbox(caller: Caller) -> Result<(), CallError> {
     let Some(pid) = caller.pid else {
         return Ok(());
     };
@@ -58,14 +58,14 @@ pub fn refuse_if_in_a_corral_sandbox(caller: Caller) -> Result<(), Status> {
         return Ok(());
     }
     match corral_sandbox_of(pid) {
-        Ok(Some(which)) => Err(Status::permission_denied(format!(
+        Ok(Some(which)) => Err(CallError::Denied(format!(
             "the calling process runs inside a corral sandbox ({which}); a sandboxed command may \
              not open sessions, on this daemon or any other (spec/sandbox.md H19)"
         ))),
         Ok(None) => Ok(()),
         // Gone (a process that connected, handed the socket on and exited) or unreadable: it
         // cannot be told from a sandbox, so it is treated as one.
-        Err(e) => Err(Status::permission_denied(format!(
+        Err(e) => Err(CallError::Denied(format!(
             "cannot inspect the calling process ({e}) to tell whether it runs inside a corral \
              sandbox; connect from a process that stays alive for its calls"
         ))),
@@ -91,7 +91,7 @@ mod tests {
             credential_sandboxed_only: false,
         };
         let e = refuse_if_in_a_corral_sandbox(gone).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(matches!(e, CallError::Denied(_)));
         // This process (not in a sandbox) is not refused.
         let me = Caller {
             pid: Some(std::process::id() as i32),

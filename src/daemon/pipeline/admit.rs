@@ -7,19 +7,18 @@ use crate::api::{self};
 use crate::calls;
 use crate::daemon::caller::identity::{Authenticator, Caller, RootCallers};
 use crate::daemon::caller::rules::{PolicyConfig, Rule, names_of};
+use crate::daemon::error::CallError;
 use crate::daemon::pipeline::approvals::{self, Command, Gate, Kind, Policy};
 use crate::daemon::pipeline::audit::{self, ApprovalNote, Audit, Finished, Outcome};
 use crate::daemon::pipeline::call::reply_len;
 use crate::daemon::pipeline::inflight::{CallGuard, InFlight};
 use crate::daemon::pipeline::route::Executor;
-use crate::daemon::rpc::status::{self, invalid_field};
 use crate::daemon::session::sessions::{Session, SessionStore};
 use crate::daemon::session::slots::Slot;
 use crate::sync::RwLockExt;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 /// How long a streaming client may leave the command's output unread before the call is
 /// cancelled (spec/sandbox.md H6); the config key `stream_stall_timeout` changes it.
@@ -53,13 +52,13 @@ pub struct CorralService {
 /// call through Invoke gets Codex's refusal text as its output.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(in crate::daemon) enum Refusal {
-    Status,
+    Error,
     ToModel,
 }
 
 /// A call the pipeline refused before it reached a worker.
 pub(in crate::daemon) enum Refused {
-    Status(Status),
+    Failed(CallError),
     /// Answered to the model (Invoke): the call "succeeded" with the refusal as output.
     Answered(Box<Reply>),
     /// Not refused but held: the session's approval policy needs the user's decision first.
@@ -132,15 +131,18 @@ impl CorralService {
         &self,
         id: &str,
         caller: Caller,
-    ) -> Result<Arc<Session>, Status> {
+    ) -> Result<Arc<Session>, CallError> {
         if id.is_empty() {
-            return Err(invalid_field("session_id", "session_id is required"));
+            return Err(CallError::invalid_field(
+                "session_id",
+                "session_id is required",
+            ));
         }
         let session = self
             .sessions
             .get(id)
             .filter(|s| s.owner_uid == caller.uid)
-            .ok_or_else(|| status::session_not_found(id))?;
+            .ok_or_else(|| CallError::session_not_found(id))?;
         // Knowing a danger-full-access session's id must not give a caller what it could not
         // open (H19).
         if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
@@ -189,7 +191,7 @@ impl CorralService {
     ) -> Result<Admitted, Refused> {
         let session = self
             .session(&trace.session_id, trace.caller)
-            .map_err(Refused::Status)?;
+            .map_err(Refused::Failed)?;
         trace.place(&session);
         // A process running outside the sandbox (an escalated exec_command or StartProcess) is
         // danger-full-access too: writing to it, reading, signalling it need what opening such
@@ -198,7 +200,7 @@ impl CorralService {
             && session.processes.home_of(id).is_some_and(|h| h.escalated)
         {
             crate::daemon::caller::peer::refuse_if_sandboxed(trace.caller)
-                .map_err(Refused::Status)?;
+                .map_err(Refused::Failed)?;
         }
         // A model's call of a tool outside the session's set is Codex's `unsupported call:
         // NAME`; nothing runs.
@@ -255,14 +257,14 @@ impl CorralService {
                 let text = calls::facts::escalation_refused_text(call, policy_name);
                 return Err(match (refusal, call) {
                     (Refusal::ToModel, Call::Invoke(r)) => answered(r, text),
-                    _ => Refused::Status(status::escalation_refused(text)),
+                    _ => Refused::Failed(CallError::Denied(text)),
                 });
             }
         };
         if let (Call::Shell(req), Some(rule)) = (call, &session.rule) {
             let ceiling = session.timeout_ceiling_ms();
             if let Some(t) = req.timeout_ms.filter(|t| *t > ceiling) {
-                return Err(Refused::Status(status::timeout_over_ceiling(
+                return Err(Refused::Failed(CallError::timeout_over_ceiling(
                     t, ceiling, &rule.name,
                 )));
             }
@@ -275,7 +277,7 @@ impl CorralService {
             });
         }
         let slot = if calls::facts::runs_a_command(call) {
-            Some(self.running.start(&session).map_err(Refused::Status)?)
+            Some(self.running.start(&session).map_err(Refused::Failed)?)
         } else {
             None
         };
@@ -320,11 +322,11 @@ impl CorralService {
         &self,
         trace: Trace,
         refused: Refused,
-    ) -> Result<Reply, Status> {
+    ) -> Result<Reply, CallError> {
         match refused {
-            Refused::Status(s) => {
-                self.finish(trace, &Outcome::code(s.code()));
-                Err(s)
+            Refused::Failed(e) => {
+                self.finish(trace, &Outcome::failed(&e));
+                Err(e)
             }
             Refused::Answered(reply) => {
                 let len = reply_len(&reply);
@@ -333,9 +335,11 @@ impl CorralService {
             }
             // Callers hold the call for a decision (`stop`); one that does not cannot answer.
             Refused::Ask { .. } => {
-                let s = Status::internal("a call that needs approval reached no approval flow");
-                self.finish(trace, &Outcome::code(s.code()));
-                Err(s)
+                let e = CallError::Internal(
+                    "a call that needs approval reached no approval flow".into(),
+                );
+                self.finish(trace, &Outcome::failed(&e));
+                Err(e)
             }
         }
     }
@@ -348,13 +352,13 @@ impl CorralService {
         uid: u32,
         rule: Option<&Rule>,
         policy: &crate::sandbox::policy::SandboxPolicy,
-    ) -> Result<(), Status> {
+    ) -> Result<(), CallError> {
         let Some(rule) = rule else { return Ok(()) };
         let (live, exists) = self.executor.pool().workers_of(uid, policy).await;
         if exists {
             return Ok(());
         }
-        rule.check_workers(uid, live).map_err(status::exhausted)
+        rule.check_workers(uid, live).map_err(CallError::exhausted)
     }
 
     /// The policy rule that applies to a caller.

@@ -13,6 +13,7 @@
 use crate::api;
 pub use crate::calls::facts::Command;
 use crate::daemon::caller::identity::Caller;
+use crate::daemon::error::CallError;
 use crate::daemon::session::sessions::Session;
 use crate::sync::LockExt;
 use crate::wire::worker_request::Call;
@@ -326,6 +327,30 @@ pub enum Refusal {
     AlreadyDecided(Decision),
     /// Its deadline passed (Unix time, ms).
     Expired(u64),
+}
+
+impl Refusal {
+    /// The answer to a decision refused for this reason: nothing ran.
+    pub fn error(&self, id: &str) -> CallError {
+        match self {
+            Refusal::NotFound => CallError::NotFound(format!(
+                "approval `{id}` not found in this session: it was never issued here, belongs \
+                 to another session, or was settled long ago; nothing ran"
+            )),
+            Refusal::AlreadyDecided(d) => CallError::Unmet(format!(
+                "approval `{id}` was already decided ({}); a decision is final and nothing ran \
+                 again",
+                d.audit_name()
+            )),
+            Refusal::Expired(at) => CallError::Expired(format!(
+                "approval `{id}` expired at {} before a decision arrived; nothing ran. Give the \
+                 model the request's rejected_output (`{REJECTED_BY_USER}`)",
+                crate::daemon::pipeline::audit::rfc3339(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(*at)
+                ),
+            )),
+        }
+    }
 }
 
 /// One session's approval state. Cheap to clone (shared).

@@ -4,7 +4,7 @@
 //! or to stdout.
 
 use crate::daemon::caller::identity::Caller;
-use crate::grpc_code_name as code_name;
+use crate::daemon::error::{CallError, Class};
 use crate::sync::LockExt;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
@@ -188,7 +188,7 @@ impl Audit {
         session: &str,
         approval_id: &str,
         decision: &str,
-        code: tonic::Code,
+        class: Class,
     ) {
         if !self.enabled() {
             return;
@@ -204,7 +204,7 @@ impl Audit {
             cwd: "",
             mode: "",
             escalated: false,
-            outcome: code_name(code),
+            outcome: class.name().to_string(),
             exit_code: None,
             process_id: None,
             input_bytes: None,
@@ -250,20 +250,30 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn of(result: &Result<Reply, tonic::Status>) -> Outcome {
+    pub fn of(result: &Result<Reply, CallError>) -> Outcome {
         match result {
             Ok(reply) => outcome_of(reply),
-            Err(status) => Outcome::code(status.code()),
+            Err(e) => Outcome::failed(e),
         }
     }
 
-    pub fn code(code: tonic::Code) -> Outcome {
-        Outcome {
-            name: code_name(code),
-            exit_code: None,
-            process_id: None,
-            bytes_out: 0,
-        }
+    /// A call that failed: the failure's class names the outcome.
+    pub fn failed(error: &CallError) -> Outcome {
+        Self::class(error.class())
+    }
+
+    /// A streamed call whose client went away before its end.
+    pub fn client_left() -> Outcome {
+        Self::class(Class::Cancelled)
+    }
+
+    /// A streamed call whose worker ended it without saying how it ended.
+    pub fn unfinished() -> Outcome {
+        Self::class(Class::Internal)
+    }
+
+    fn class(class: Class) -> Outcome {
+        Self::named(class.name(), 0)
     }
 
     /// A model's escalation request refused by policy: the refusal text went back as output.
@@ -386,7 +396,7 @@ mod tests {
             ["a.txt", "b.txt", "c.txt"]
         );
         assert_eq!(
-            code_name(tonic::Code::PermissionDenied),
+            Outcome::failed(&CallError::Denied("no".into())).name,
             "PERMISSION_DENIED"
         );
     }

@@ -1,21 +1,20 @@
 //! Running an admitted call: on its worker (unary or streamed), held for an approval and run
 //! when the user decides, or stopped with the refusal — always ending in one audit line.
 
-use crate::api::{self, tools_server::Tools};
+use crate::api;
 use crate::daemon::caller::identity::Caller;
+use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::{CorralService, Refusal, Refused, Resume, Trace};
 use crate::daemon::pipeline::approvals::{self, AfterDenial, Command, Kind};
 use crate::daemon::pipeline::audit::{ApprovalNote, Outcome};
-use crate::daemon::pipeline::stream_pump::{Streamed, stream_call};
-use crate::daemon::rpc::status::{self};
+use crate::daemon::pipeline::stream_pump::{CallStream, Streamed, stream_call};
 use crate::daemon::session::sessions::Session;
 use crate::wire::process_call::Op as ProcessOp;
 use crate::wire::process_reply::Op as ProcessAnswer;
-use crate::wire::{WorkerReply, worker_reply::Result as Reply, worker_request::Call};
+use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use prost::Message;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 impl CorralService {
     /// A call admit stopped: held for a decision, or refused.
@@ -25,7 +24,7 @@ impl CorralService {
         call: Call,
         asks_escalation: bool,
         refused: Refused,
-    ) -> Result<Reply, Status> {
+    ) -> Result<Reply, CallError> {
         match refused {
             Refused::Ask {
                 session,
@@ -57,17 +56,17 @@ impl CorralService {
         (kind, command): (Kind, Command),
         reason: &str,
         exit_code: Option<i32>,
-    ) -> Result<Reply, Status> {
-        let fail = |trace: Trace, s: Status| {
-            self.finish(trace, &Outcome::code(s.code()));
-            Err(s)
+    ) -> Result<Reply, CallError> {
+        let fail = |trace: Trace, e: CallError| {
+            self.finish(trace, &Outcome::failed(&e));
+            Err(e)
         };
         let id = match approvals::new_id() {
             Ok(id) => id,
             Err(e) => {
                 return fail(
                     trace,
-                    Status::internal(format!("cannot draw a random approval id: {e}")),
+                    CallError::Internal(format!("cannot draw a random approval id: {e}")),
                 );
             }
         };
@@ -89,7 +88,7 @@ impl CorralService {
         let Some(reply) = approval_reply(&call, request.clone()) else {
             return fail(
                 trace,
-                Status::internal("this call cannot wait for an approval"),
+                CallError::Internal("this call cannot wait for an approval".into()),
             );
         };
         let parked = approvals::Parked {
@@ -102,7 +101,7 @@ impl CorralService {
             expires: Instant::now() + timeout,
         };
         if let Err(limit) = session.approvals.park(&id, parked) {
-            return fail(trace, status::too_many_approvals(limit));
+            return fail(trace, CallError::too_many_approvals(limit));
         }
         self.expire_later(session.clone(), id.clone(), timeout);
         trace.approval = Some(ApprovalNote {
@@ -151,7 +150,7 @@ impl CorralService {
         call: Call,
         asks_escalation: bool,
         refusal: Refusal,
-    ) -> Result<Reply, Status> {
+    ) -> Result<Reply, CallError> {
         self.run_gated(caller, session_id, call, asks_escalation, refusal, None)
             .await
     }
@@ -167,7 +166,7 @@ impl CorralService {
         asks_escalation: bool,
         refusal: Refusal,
         resume: Option<Resume>,
-    ) -> Result<Reply, Status> {
+    ) -> Result<Reply, CallError> {
         let mut trace = self.trace(caller, session_id, &call);
         // A model call asks for escalation in its arguments (read from the one parse).
         let asks_escalation = asks_escalation
@@ -198,7 +197,7 @@ impl CorralService {
             )
             .await;
         let (result, denied) = match result {
-            Ok((Reply::Failure(f), _)) => (Err(status::tool_failure(f)), false),
+            Ok((Reply::Failure(f), _)) => (Err(CallError::from(f)), false),
             Ok((Reply::Shell(mut r), _)) => {
                 r.escalated = escalated;
                 let denied = r.sandbox_denied;
@@ -267,12 +266,12 @@ impl CorralService {
         &self,
         caller: Caller,
         req: api::ShellRequest,
-    ) -> Result<<CorralService as Tools>::ShellStreamStream, Status> {
+    ) -> Result<ShellEvents, CallError> {
         let asks_escalation = req.with_escalated_permissions;
         let session_id = req.session_id.clone();
         let call = Call::Shell(req);
         let mut trace = self.trace(caller, &session_id, &call);
-        let admitted = match self.admit(&mut trace, &call, asks_escalation, Refusal::Status, None) {
+        let admitted = match self.admit(&mut trace, &call, asks_escalation, Refusal::Error, None) {
             Ok(a) => a,
             // Only Invoke answers a refusal to the model; a stream never gets here with a reply
             // other than an approval request.
@@ -281,55 +280,26 @@ impl CorralService {
                     Reply::Shell(api::ShellResponse {
                         approval: Some(request),
                         ..
-                    }) => Ok(Box::pin(tokio_stream::once(Ok(api::ShellStreamEvent {
-                        event: Some(api::shell_stream_event::Event::Approval(request)),
-                    })))),
-                    reply => Err(status::unexpected_reply(reply)),
+                    }) => Ok(ShellEvents::Held(request)),
+                    reply => Err(CallError::unexpected_reply(reply)),
                 };
             }
         };
-        let started = async {
-            // The worker checks its protection before running anything: a stale one answers
-            // `Stale` as its first frame, and the session moves to a worker built for the
-            // workspace as it is now (once), like a unary call (executor::call).
-            for attempt in 0..2 {
-                let seen = admitted.session.current_policy();
-                let worker = self
-                    .executor
-                    .worker_for(&admitted.session, admitted.escalated)
-                    .await?;
-                let (mut handle, mut replies) = worker
-                    .start(
-                        &crate::daemon::pipeline::route::context_of(&admitted.session),
-                        &call,
-                        true,
-                    )
-                    .await?;
-                let first = replies.recv().await;
-                if let Some(WorkerReply {
-                    result: Some(Reply::Stale(what)),
-                    ..
-                }) = &first
-                {
-                    handle.done();
-                    match seen {
-                        Some(seen) if attempt == 0 && !admitted.escalated => {
-                            self.executor
-                                .refresh(&admitted.session, &seen, what)
-                                .await?;
-                            continue;
-                        }
-                        _ => return Err(status::protection_unsettled(what)),
-                    }
-                }
-                return Ok((handle, replies, first));
-            }
-            Err(status::protection_unsettled("no worker matched"))
-        }
-        .await;
-        let stream = stream_call::<api::ShellStreamEvent>(self, trace, admitted, started)?;
-        Ok(Box::pin(stream))
+        // The worker checks its protection before running anything; a stale one moves the
+        // session to a worker built for the workspace as it is now (once), like a unary call.
+        let started = self
+            .executor
+            .start_streamed(&admitted.session, &call, admitted.escalated)
+            .await;
+        stream_call(self, trace, admitted, started).map(ShellEvents::Running)
     }
+}
+
+/// What a ShellStream call answers: the command's events, or (held for the user's decision)
+/// the approval request, the stream's one event.
+pub(in crate::daemon) enum ShellEvents {
+    Running(CallStream<api::ShellStreamEvent>),
+    Held(api::ApprovalRequest),
 }
 
 /// The encoded size of a reply (the audit's bytes out).
@@ -373,9 +343,9 @@ impl Streamed for api::ShellStreamEvent {
     fn from_reply(
         reply: Option<Reply>,
         escalated: bool,
-    ) -> Result<(Self, Option<Outcome>), Status> {
+    ) -> Result<(Self, Option<Outcome>), CallError> {
         let Some(Reply::ShellEvent(mut ev)) = reply else {
-            return Err(status::unexpected_reply(reply));
+            return Err(CallError::unexpected_reply(reply));
         };
         let mut end = None;
         if let Some(api::shell_stream_event::Event::End(resp)) = &mut ev.event {

@@ -4,7 +4,10 @@
 pub mod admit;
 pub mod approvals;
 pub mod audit;
-mod call;
+pub mod call;
+mod decide;
 pub mod inflight;
+mod open;
 pub mod route;
 pub(crate) mod stream_pump;
+pub mod transfer;

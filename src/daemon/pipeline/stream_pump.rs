@@ -4,9 +4,9 @@
 //! its call cancelled. The daemon therefore holds at most a window per call however slowly a
 //! client reads (spec/sandbox.md §8.6 H6).
 
+use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::{Admitted, CorralService, Trace};
 use crate::daemon::pipeline::audit::Outcome;
-use crate::daemon::rpc::status;
 use crate::daemon::workers::pool::{CallHandle, Credits};
 use crate::sync::LockExt;
 use crate::wire::{WorkerReply, worker_reply::Result as Reply};
@@ -17,13 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-use tonic::{Code, Status};
 
 /// What a streamed RPC sends: how a worker frame becomes an item, and what an item weighs.
 pub(in crate::daemon) trait Streamed: Sized + Send + 'static {
     /// The item a worker frame carries, and the call's outcome when that item ends the call.
-    fn from_reply(reply: Option<Reply>, escalated: bool)
-    -> Result<(Self, Option<Outcome>), Status>;
+    fn from_reply(
+        reply: Option<Reply>,
+        escalated: bool,
+    ) -> Result<(Self, Option<Outcome>), CallError>;
 
     /// The bytes of the item that count against the worker's flow-control window.
     fn window_len(&self) -> u64;
@@ -32,27 +33,19 @@ pub(in crate::daemon) trait Streamed: Sized + Send + 'static {
     fn audit_len(&self) -> usize;
 }
 
-/// How a streamed call started in its worker: its handle, its replies, and the first frame,
-/// already read while checking the start (`None`: the worker went away).
-pub(in crate::daemon) type Started = (
-    CallHandle,
-    mpsc::UnboundedReceiver<WorkerReply>,
-    Option<WorkerReply>,
-);
-
 /// Starts moving a call's frames to a new response stream; a call that failed to start is
 /// finished (metrics, audit) with its status.
 pub(in crate::daemon) fn stream_call<T: Streamed>(
     service: &CorralService,
     trace: Trace,
     admitted: Admitted,
-    started: Result<Started, Status>,
-) -> Result<CallStream<T>, Status> {
+    started: Result<crate::daemon::pipeline::route::Streamed, CallError>,
+) -> Result<CallStream<T>, CallError> {
     let (handle, replies, first) = match started {
-        Ok(started) => started,
-        Err(s) => {
-            service.finish(trace, &Outcome::code(s.code()));
-            return Err(s);
+        Ok(started) => (started.handle, started.replies, started.first),
+        Err(e) => {
+            service.finish(trace, &Outcome::failed(&e));
+            return Err(e);
         }
     };
     let (tx, rx) = mpsc::unbounded_channel();
@@ -70,7 +63,7 @@ pub(in crate::daemon) fn stream_call<T: Streamed>(
         trace,
         admitted,
         handle,
-        first: Some(first),
+        first: Some(Some(first)),
         replies,
         tx,
         abort: Some(abort_tx),
@@ -113,17 +106,17 @@ impl Progress {
 }
 
 /// The response stream of a streamed call. Credit goes back to the worker only when the
-/// transport takes an item; a stall past the budget ends the stream with the pump's status.
+/// transport takes an item; a stall past the budget ends the stream with the pump's error.
 pub(in crate::daemon) struct CallStream<T> {
-    rx: mpsc::UnboundedReceiver<Result<T, Status>>,
-    abort: Option<oneshot::Receiver<Status>>,
+    rx: mpsc::UnboundedReceiver<Result<T, CallError>>,
+    abort: Option<oneshot::Receiver<CallError>>,
     credits: Credits,
     progress: Arc<Progress>,
     ended: bool,
 }
 
 impl<T: Streamed> tokio_stream::Stream for CallStream<T> {
-    type Item = Result<T, Status>;
+    type Item = Result<T, CallError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -166,8 +159,8 @@ struct Pump<T> {
     /// The first frame, already read by the caller; taken on the first turn of the loop.
     first: Option<Option<WorkerReply>>,
     replies: mpsc::UnboundedReceiver<WorkerReply>,
-    tx: mpsc::UnboundedSender<Result<T, Status>>,
-    abort: Option<oneshot::Sender<Status>>,
+    tx: mpsc::UnboundedSender<Result<T, CallError>>,
+    abort: Option<oneshot::Sender<CallError>>,
     progress: Arc<Progress>,
 }
 
@@ -181,18 +174,18 @@ impl<T: Streamed> Pump<T> {
         self.service.finish(self.trace, &outcome);
     }
 
-    fn abort(&mut self, status: Status) -> Outcome {
-        let outcome = Outcome::code(status.code());
+    fn abort(&mut self, error: CallError) -> Outcome {
+        let outcome = Outcome::failed(&error);
         if let Some(tx) = self.abort.take() {
-            let _ = tx.send(status);
+            let _ = tx.send(error);
         }
         outcome
     }
 
-    /// Ends the stream with `status` as its last item.
-    fn fail(&mut self, status: Status) -> Outcome {
-        let outcome = Outcome::code(status.code());
-        let _ = self.tx.send(Err(status));
+    /// Ends the stream with `error` as its last item.
+    fn fail(&mut self, error: CallError) -> Outcome {
+        let outcome = Outcome::failed(&error);
+        let _ = self.tx.send(Err(error));
         outcome
     }
 
@@ -210,22 +203,22 @@ impl<T: Streamed> Pump<T> {
                 Some(frame) => frame,
                 None => tokio::select! {
                     frame = self.replies.recv() => frame,
-                    _ = closed.cancelled() => return self.fail(status::session_closed()),
+                    _ = closed.cancelled() => return self.fail(CallError::session_closed()),
                     // The client went away.
-                    _ = self.tx.closed() => return Outcome::code(Code::Cancelled),
+                    _ = self.tx.closed() => return Outcome::client_left(),
                     _ = tick.tick() => {
                         if self.progress.stalled(budget) {
                             tracing::info!(
                                 session = %self.trace.session_id,
                                 "stream client stalled; cancelling its call"
                             );
-                            return self.abort(status::stream_stalled(budget));
+                            return self.abort(CallError::stream_stalled(budget));
                         }
                         // The worker honours its window; a daemon never trusts that with memory.
                         let credited = self.progress.credited.load(Ordering::Relaxed);
                         let unacked = received.saturating_sub(credited);
                         if unacked > 2 * crate::wire::spec::STREAM_WINDOW_BYTES {
-                            return self.abort(status::window_exceeded(unacked));
+                            return self.abort(CallError::window_exceeded(unacked));
                         }
                         continue;
                     }
@@ -233,13 +226,13 @@ impl<T: Streamed> Pump<T> {
             };
             let Some(frame) = frame else {
                 self.handle.done();
-                return self.fail(status::worker_died());
+                return self.fail(CallError::WorkerDied);
             };
             if frame.last {
                 self.handle.done();
             }
             let item = match frame.result {
-                Some(Reply::Failure(f)) => Err(status::tool_failure(f)),
+                Some(Reply::Failure(f)) => Err(CallError::from(f)),
                 result => T::from_reply(result, self.admitted.escalated),
             };
             let (item, outcome, failed) = match item {
@@ -248,18 +241,18 @@ impl<T: Streamed> Pump<T> {
                     bytes_out += item.audit_len();
                     (Ok(item), end, false)
                 }
-                Err(s) => {
-                    let outcome = Outcome::code(s.code());
-                    (Err(s), Some(outcome), true)
+                Err(e) => {
+                    let outcome = Outcome::failed(&e);
+                    (Err(e), Some(outcome), true)
                 }
             };
             self.progress.pushed();
             if self.tx.send(item).is_err() {
-                return Outcome::code(Code::Cancelled);
+                return Outcome::client_left();
             }
             // An error item is the last the client sees, whether or not the worker says so.
             if frame.last || failed {
-                let mut outcome = outcome.unwrap_or_else(|| Outcome::code(Code::Internal));
+                let mut outcome = outcome.unwrap_or_else(Outcome::unfinished);
                 outcome.bytes_out = bytes_out;
                 return outcome;
             }

@@ -2,8 +2,8 @@
 
 use crate::api::{self, processes_server::Processes};
 use crate::daemon::caller::identity::Caller;
+use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::{CorralService, Refusal};
-use crate::daemon::rpc::status::{self};
 use crate::wire::process_call::Op as ProcessOp;
 use crate::wire::process_reply::Op as ProcessAnswer;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
@@ -21,15 +21,16 @@ impl CorralService {
     ) -> Result<Response<T>, Status> {
         let call = Call::Process(crate::wire::ProcessCall { op: Some(op) });
         match self
-            .run(caller, session_id, call, asks_escalation, Refusal::Status)
+            .run(caller, session_id, call, asks_escalation, Refusal::Error)
             .await?
         {
             Reply::Process(crate::wire::ProcessReply { op: Some(op) }) => {
                 answer(op).map(Response::new).ok_or_else(|| {
-                    Status::internal("the sandbox worker answered another process call")
+                    CallError::Internal("the sandbox worker answered another process call".into())
+                        .into()
                 })
             }
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The Tools service's gRPC face: each typed call goes through the one pipeline.
 
 use crate::api::{self, tools_server::Tools};
+use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::{CorralService, Refusal};
-use crate::daemon::rpc::status::{self};
+use crate::daemon::pipeline::call::ShellEvents;
+use crate::daemon::rpc::status::Grpc;
 use crate::wire::{worker_reply::Result as Reply, worker_request::Call};
 use std::pin::Pin;
 use tonic::{Request, Response, Status};
@@ -17,11 +19,11 @@ impl Tools for CorralService {
         let req = request.into_inner();
         let id = req.session_id.clone();
         match self
-            .run(caller, &id, Call::ReadFile(req), false, Refusal::Status)
+            .run(caller, &id, Call::ReadFile(req), false, Refusal::Error)
             .await?
         {
             Reply::ReadFile(r) => Ok(Response::new(r)),
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 
@@ -33,11 +35,11 @@ impl Tools for CorralService {
         let req = request.into_inner();
         let id = req.session_id.clone();
         match self
-            .run(caller, &id, Call::ListDir(req), false, Refusal::Status)
+            .run(caller, &id, Call::ListDir(req), false, Refusal::Error)
             .await?
         {
             Reply::ListDir(r) => Ok(Response::new(r)),
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 
@@ -49,11 +51,11 @@ impl Tools for CorralService {
         let req = request.into_inner();
         let id = req.session_id.clone();
         match self
-            .run(caller, &id, Call::GrepFiles(req), false, Refusal::Status)
+            .run(caller, &id, Call::GrepFiles(req), false, Refusal::Error)
             .await?
         {
             Reply::GrepFiles(r) => Ok(Response::new(r)),
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 
@@ -65,11 +67,11 @@ impl Tools for CorralService {
         let req = request.into_inner();
         let id = req.session_id.clone();
         match self
-            .run(caller, &id, Call::ApplyPatch(req), false, Refusal::Status)
+            .run(caller, &id, Call::ApplyPatch(req), false, Refusal::Error)
             .await?
         {
             Reply::ApplyPatch(r) => Ok(Response::new(r)),
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 
@@ -82,12 +84,12 @@ impl Tools for CorralService {
         let id = req.session_id.clone();
         let escalate = req.with_escalated_permissions;
         match self
-            .run(caller, &id, Call::Shell(req), escalate, Refusal::Status)
+            .run(caller, &id, Call::Shell(req), escalate, Refusal::Error)
             .await?
         {
             // The pipeline marks whether it ran escalated (a retry after a denial may).
             Reply::Shell(r) => Ok(Response::new(r)),
-            other => Err(status::unexpected_reply(other)),
+            other => Err(CallError::unexpected_reply(other).into()),
         }
     }
 
@@ -99,7 +101,15 @@ impl Tools for CorralService {
         request: Request<api::ShellRequest>,
     ) -> Result<Response<Self::ShellStreamStream>, Status> {
         let caller = self.auth.caller_of(&request)?;
-        let stream = self.run_stream(caller, request.into_inner()).await?;
-        Ok(Response::new(stream))
+        Ok(Response::new(
+            match self.run_stream(caller, request.into_inner()).await? {
+                ShellEvents::Running(events) => Box::pin(Grpc(events)),
+                ShellEvents::Held(request) => {
+                    Box::pin(tokio_stream::once(Ok(api::ShellStreamEvent {
+                        event: Some(api::shell_stream_event::Event::Approval(request)),
+                    })))
+                }
+            },
+        ))
     }
 }

@@ -1,11 +1,11 @@
 //! Shell commands running now, per user: the policy's `max_concurrent_commands` and the
 //! running-commands metric. A slot is held for the whole command and freed on drop.
 
+use crate::daemon::error::CallError;
 use crate::daemon::session::sessions::Session;
 use crate::sync::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tonic::Status;
 
 #[derive(Clone, Default)]
 pub struct RunningCommands {
@@ -20,14 +20,14 @@ pub struct Slot {
 
 impl RunningCommands {
     /// Takes a slot for one of `session`'s owner's commands, or refuses with the rule's name.
-    pub fn start(&self, session: &Session) -> Result<Slot, Status> {
+    pub fn start(&self, session: &Session) -> Result<Slot, CallError> {
         let uid = session.owner_uid;
         let mut by_uid = self.by_uid.locked();
         let running = by_uid.entry(uid).or_default();
         if let Some(rule) = &session.rule
             && *running >= rule.max_concurrent_commands
         {
-            return Err(crate::daemon::rpc::status::exhausted(format!(
+            return Err(CallError::exhausted(format!(
                 "uid {uid} already runs {running} commands, the most policy rule `{}` allows; \
                  wait for one to finish",
                 rule.name

@@ -5,6 +5,7 @@
 //! and killed at a deadline, so a FIFO, a slow mount or a huge file on one caller's path costs
 //! that caller's `OpenSession` its deadline and nobody else anything (spec/sandbox.md §8.6 H5).
 
+use crate::daemon::error::CallError;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::roots::SessionParams;
 use crate::sync::LockExt;
@@ -14,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
-use tonic::Status;
 
 /// How long one resolution may take before the helper is killed.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -100,7 +100,7 @@ impl Resolver {
     }
 
     /// Resolves `params` as the caller they name.
-    pub async fn resolve(&self, params: &SessionParams) -> Result<SandboxPolicy, Status> {
+    pub async fn resolve(&self, params: &SessionParams) -> Result<SandboxPolicy, CallError> {
         let child = match self.take_spare() {
             Some(child) => child,
             None => start_helper()?,
@@ -111,7 +111,7 @@ impl Resolver {
 }
 
 /// Starts `corral __resolve`, which waits for its request on stdin.
-fn start_helper() -> Result<Child, Status> {
+fn start_helper() -> Result<Child, CallError> {
     tokio::process::Command::new("/proc/self/exe")
         .arg("__resolve")
         // The daemon's environment (and any secret in it) stays with the daemon.
@@ -121,15 +121,15 @@ fn start_helper() -> Result<Child, Status> {
         .stderr(std::process::Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Status::internal(format!("cannot start the path resolver: {e}")))
+        .map_err(|e| CallError::Internal(format!("cannot start the path resolver: {e}")))
 }
 
 /// Sends `params` to the helper `child` and turns its answer into a policy or a status.
-async fn exchange(mut child: Child, params: &SessionParams) -> Result<SandboxPolicy, Status> {
+async fn exchange(mut child: Child, params: &SessionParams) -> Result<SandboxPolicy, CallError> {
     let request = serde_json::to_vec(&ResolveRequest {
         params: params.clone(),
     })
-    .map_err(|e| Status::internal(format!("cannot encode the resolve request: {e}")))?;
+    .map_err(|e| CallError::Internal(format!("cannot encode the resolve request: {e}")))?;
     let mut stdin = child.stdin.take().expect("piped stdin");
     let stdout = child.stdout.take().expect("piped stdout");
     let exchange = async {
@@ -146,13 +146,13 @@ async fn exchange(mut child: Child, params: &SessionParams) -> Result<SandboxPol
     let (answer, status) = match tokio::time::timeout(RESOLVE_TIMEOUT, exchange).await {
         Ok(Ok(done)) => done,
         Ok(Err(e)) => {
-            return Err(Status::internal(format!(
+            return Err(CallError::Internal(format!(
                 "the path resolver failed: {e}; see the daemon log"
             )));
         }
         // Dropping the future drops `child`, which kills it (kill_on_drop).
         Err(_) => {
-            return Err(Status::deadline_exceeded(format!(
+            return Err(CallError::Expired(format!(
                 "resolving the session's paths took longer than {} s (a FIFO, a hung mount or \
                  a very slow filesystem on the way?); the session was not opened",
                 RESOLVE_TIMEOUT.as_secs()
@@ -160,17 +160,15 @@ async fn exchange(mut child: Child, params: &SessionParams) -> Result<SandboxPol
         }
     };
     let answer: ResolveAnswer = serde_json::from_slice(&answer).map_err(|e| {
-        Status::internal(format!(
+        CallError::Internal(format!(
             "the path resolver gave no usable answer ({status}): {e}; see the daemon log"
         ))
     })?;
     answer.map_err(|refusal| match refusal {
-        ResolveRefusal::Invalid { field, message } => {
-            crate::daemon::rpc::status::invalid_field(&field, &message)
-        }
-        ResolveRefusal::Denied(m) => Status::permission_denied(m),
-        ResolveRefusal::Unenforceable(m) => Status::failed_precondition(m),
-        ResolveRefusal::Helper(m) => Status::internal(format!(
+        ResolveRefusal::Invalid { field, message } => CallError::invalid_field(&field, &message),
+        ResolveRefusal::Denied(m) => CallError::Denied(m),
+        ResolveRefusal::Unenforceable(m) => CallError::Unmet(m),
+        ResolveRefusal::Helper(m) => CallError::Internal(format!(
             "the path resolver could not take the caller's identity: {m}"
         )),
     })

@@ -5,7 +5,7 @@ use crate::api;
 use crate::calls;
 use crate::tools::{ErrorKind, ToolContext, ToolError};
 use crate::wire::process_call::Op as ProcessOp;
-use crate::wire::{ToolFailure, worker_reply::Result as Reply, worker_request::Call};
+use crate::wire::{FailureKind, ToolFailure, worker_reply::Result as Reply, worker_request::Call};
 use crate::worker::commands::SandboxedRunner;
 use std::time::Instant;
 
@@ -14,19 +14,19 @@ mod typed_calls;
 use process::{process_call, prompt_context_call};
 use typed_calls::{apply_patch_call, grep_files_call, list_dir_call, read_file_call, shell_call};
 
-/// The gRPC code a tool failure is answered with (spec/tools.md §0.5).
-pub fn code_of(kind: ErrorKind) -> tonic::Code {
+/// A tool failure's class on the wire (spec/tools.md §0.5); the daemon picks its gRPC code.
+fn kind_of(kind: ErrorKind) -> FailureKind {
     match kind {
-        ErrorKind::InvalidArgument => tonic::Code::InvalidArgument,
-        ErrorKind::NotFound => tonic::Code::NotFound,
-        ErrorKind::PermissionDenied => tonic::Code::PermissionDenied,
-        ErrorKind::DeadlineExceeded => tonic::Code::DeadlineExceeded,
-        ErrorKind::ResourceExhausted => tonic::Code::ResourceExhausted,
-        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
-        ErrorKind::FailedPrecondition => tonic::Code::FailedPrecondition,
-        ErrorKind::Aborted => tonic::Code::Aborted,
-        ErrorKind::Cancelled => tonic::Code::Cancelled,
-        ErrorKind::Internal => tonic::Code::Internal,
+        ErrorKind::InvalidArgument => FailureKind::InvalidArgument,
+        ErrorKind::NotFound => FailureKind::NotFound,
+        ErrorKind::PermissionDenied => FailureKind::PermissionDenied,
+        ErrorKind::DeadlineExceeded => FailureKind::DeadlineExceeded,
+        ErrorKind::ResourceExhausted => FailureKind::ResourceExhausted,
+        ErrorKind::AlreadyExists => FailureKind::AlreadyExists,
+        ErrorKind::FailedPrecondition => FailureKind::FailedPrecondition,
+        ErrorKind::Aborted => FailureKind::Aborted,
+        ErrorKind::Cancelled => FailureKind::Cancelled,
+        ErrorKind::Internal => FailureKind::Internal,
     }
 }
 
@@ -47,7 +47,7 @@ fn failure(err: ToolError, main: &'static str) -> ToolFailure {
         _ => String::new(),
     };
     ToolFailure {
-        code: code_of(err.kind) as i32,
+        kind: kind_of(err.kind) as i32,
         message: err.message,
         setup: None,
         field,

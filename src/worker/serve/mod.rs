@@ -23,7 +23,7 @@ mod watchdog;
 use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::spec::{WORKER_FD, WorkerSpec};
-use crate::wire::{Ready, ToolFailure, WorkerReply, worker_reply};
+use crate::wire::{FailureKind, Ready, ToolFailure, WorkerReply, worker_reply};
 use crate::worker::commands::SandboxedRunner;
 use crate::worker::confine;
 use call_state::Calls;
@@ -69,7 +69,7 @@ pub fn worker_main() -> i32 {
         Err(e) => {
             let _ = send_failure(
                 &mut socket,
-                tonic::Code::Internal,
+                FailureKind::Internal,
                 format!("bad worker spec: {e}"),
             );
             return 70;
@@ -91,7 +91,7 @@ pub fn worker_main() -> i32 {
                     id: 0,
                     last: true,
                     result: Some(worker_reply::Result::Failure(ToolFailure {
-                        code: tonic::Code::FailedPrecondition as i32,
+                        kind: FailureKind::FailedPrecondition as i32,
                         message: e.message,
                         setup: Some(setup),
                         field: String::new(),

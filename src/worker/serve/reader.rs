@@ -8,7 +8,9 @@ use super::call_state::{CallState, cancel_all_and_wait};
 use super::run::{Job, run};
 use crate::sync::LockExt;
 use crate::wire::frame;
-use crate::wire::{ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request};
+use crate::wire::{
+    FailureKind, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -115,12 +117,10 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
             let reply = WorkerReply {
                 id,
                 last: true,
-                result: Some(worker_reply::Result::Failure(ToolFailure {
-                    code: tonic::Code::ResourceExhausted as i32,
-                    message: format!("the sandbox worker cannot start a thread for the call: {e}"),
-                    setup: None,
-                    field: String::new(),
-                })),
+                result: Some(worker_reply::Result::Failure(ToolFailure::of(
+                    FailureKind::ResourceExhausted,
+                    format!("the sandbox worker cannot start a thread for the call: {e}"),
+                ))),
                 ..Default::default()
             };
             let _ = serving.writer().send(&reply);

@@ -5,7 +5,7 @@
 use crate::api;
 use crate::sandbox::report::{LayerReport, LayerStatus};
 use crate::wire::frame;
-use crate::wire::{ToolFailure, WorkerReply, worker_reply};
+use crate::wire::{FailureKind, ToolFailure, WorkerReply, worker_reply};
 use std::os::unix::net::UnixStream;
 
 /// The most one unary answer may be. Clients accept 64 MiB (`client::MAX_MESSAGE_BYTES`); this
@@ -46,18 +46,15 @@ pub(super) fn bounded(result: worker_reply::Result) -> worker_reply::Result {
             success: false,
             ..Default::default()
         }),
-        _ => worker_reply::Result::Failure(ToolFailure {
-            code: tonic::Code::ResourceExhausted as i32,
-            message,
-            setup: None,
-            field: String::new(),
-        }),
+        _ => {
+            worker_reply::Result::Failure(ToolFailure::of(FailureKind::ResourceExhausted, message))
+        }
     }
 }
 
 pub(super) fn send_failure(
     w: &mut UnixStream,
-    code: tonic::Code,
+    kind: FailureKind,
     message: String,
 ) -> std::io::Result<()> {
     frame::write_blocking(
@@ -65,12 +62,9 @@ pub(super) fn send_failure(
         &WorkerReply {
             id: 0,
             last: true,
-            result: Some(worker_reply::Result::Failure(ToolFailure {
-                code: code as i32,
-                message,
-                setup: None,
-                field: String::new(),
-            })),
+            result: Some(worker_reply::Result::Failure(ToolFailure::of(
+                kind, message,
+            ))),
             ..Default::default()
         },
     )

@@ -6,7 +6,9 @@ use super::Serving;
 use super::call_state::{CallState, delta_bytes};
 use super::reply::bounded;
 use crate::sync::LockExt;
-use crate::wire::{CallContext, ToolFailure, WorkerReply, worker_reply, worker_request};
+use crate::wire::{
+    CallContext, FailureKind, ToolFailure, WorkerReply, worker_reply, worker_request,
+};
 use crate::worker::dispatch;
 use std::sync::Arc;
 use std::time::Instant;
@@ -57,14 +59,12 @@ pub(super) fn run(serving: &Serving, job: Job) {
         dispatch::execute(&ctx, &state.runner, call, stream, &mut emit, &mut pieces)
     }))
     .unwrap_or_else(|_| {
-        worker_reply::Result::Failure(ToolFailure {
-            code: tonic::Code::Internal as i32,
-            message: "the sandbox worker failed while running the call (a bug in corral; the \
-                      worker log has the panic); nothing else is affected"
+        worker_reply::Result::Failure(ToolFailure::of(
+            FailureKind::Internal,
+            "the sandbox worker failed while running the call (a bug in corral; the worker log \
+             has the panic); nothing else is affected"
                 .into(),
-            setup: None,
-            field: String::new(),
-        })
+        ))
     });
     let result = bounded(result);
     let (kept_processes, ended_processes) = crate::tools::unified_exec::changes_of(&ctx.session_id);

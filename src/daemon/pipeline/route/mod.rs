@@ -1,20 +1,22 @@
 //! Where calls run: every session's calls go to the confined worker of its effective policy.
 //! The daemon itself never touches user files.
 
+use crate::daemon::error::CallError;
 use crate::daemon::session::processes::Home;
 use crate::daemon::session::sessions::Session;
 use crate::daemon::session::slots::Slot;
-use crate::daemon::workers::pool::{Worker, WorkerPool};
+use crate::daemon::workers::pool::{CallHandle, Worker, WorkerPool};
 use crate::daemon::workers::resolver::Resolver;
 use crate::daemon::workers::start_rate::StartRate;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::ProfileSet;
 use crate::sandbox::report::Layer;
 use crate::sync::LockExt;
-use crate::wire::{CallContext, worker_reply::Result as Reply, worker_request::Call};
+use crate::wire::{CallContext, WorkerReply, worker_reply::Result as Reply, worker_request::Call};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tonic::Status;
+use tokio::sync::mpsc;
 
 mod policy;
 
@@ -76,7 +78,7 @@ impl Executor {
     /// Starts (or joins) the session's worker; fails with FAILED_PRECONDITION when the sandbox
     /// cannot be set up. A worker that was stopped (H18) is not joined: the new session gets a
     /// later generation of the policy, and so a sandbox of its own.
-    pub async fn open(&self, policy: &mut SandboxPolicy) -> Result<(), Status> {
+    pub async fn open(&self, policy: &mut SandboxPolicy) -> Result<(), CallError> {
         while self.pool.stopped(policy).await.is_some() {
             policy.sandbox_generation += 1;
         }
@@ -128,7 +130,7 @@ impl Executor {
         &self,
         session: &Session,
         escalated: bool,
-    ) -> Result<Arc<Worker>, Status> {
+    ) -> Result<Arc<Worker>, CallError> {
         if escalated {
             let mut unconfined = session.clone();
             unconfined.mode = Mode::DangerFullAccess;
@@ -143,7 +145,7 @@ impl Executor {
         }
         let policy = session
             .current_policy()
-            .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+            .ok_or_else(|| CallError::Internal("session has no sandbox policy".into()))?;
         // Replacing a worker that died (say, killed by its memory limit on purpose, in a loop)
         // is a start like any other (H23).
         if self.pool.existing(&policy).await.is_none() {
@@ -160,32 +162,32 @@ impl Executor {
         session: &Session,
         seen: &SandboxPolicy,
         what: &str,
-    ) -> Result<(), Status> {
+    ) -> Result<(), CallError> {
         let _one_at_a_time = session.refreshing.lock().await;
         let current = session
             .current_policy()
-            .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
+            .ok_or_else(|| CallError::Internal("session has no sandbox policy".into()))?;
         if current != *seen {
             // Another call already moved the session.
             return Ok(());
         }
         // A stopped sandbox is not rebuilt for the session (H18): its commands stay refused.
         if let Some(path) = self.pool.stopped(&current).await {
-            return Err(Status::failed_precondition(
-                crate::sandbox::watcher::stopped_message(&path),
-            ));
+            return Err(CallError::Unmet(crate::sandbox::watcher::stopped_message(
+                &path,
+            )));
         }
         let mut fresh = self.policy_for(session).await?;
         fresh.sandbox_generation = current.sandbox_generation;
         if fresh.writable_roots != current.writable_roots || fresh.root_ids != current.root_ids {
-            return Err(Status::failed_precondition(format!(
+            return Err(CallError::Unmet(format!(
                 "the session's writable roots are no longer the directories pinned when it \
                  opened ({what}; roots now {:?}); open a new session",
                 fresh.writable_roots
             )));
         }
         if fresh == current {
-            return Err(Status::failed_precondition(format!(
+            return Err(CallError::Unmet(format!(
                 "protection of this session's workspace changed ({what}) and could not be \
                  re-established; open a new session"
             )));
@@ -212,7 +214,7 @@ impl Executor {
         call: Call,
         escalated: bool,
         slot: Option<Slot>,
-    ) -> Result<Reply, Status> {
+    ) -> Result<Reply, CallError> {
         self.call_reporting_denial(session, call, None, escalated, slot)
             .await
             .map(|(reply, _)| reply)
@@ -228,7 +230,7 @@ impl Executor {
         parsed: Option<&crate::calls::facts::ToolCall>,
         escalated: bool,
         slot: Option<Slot>,
-    ) -> Result<(Reply, bool), Status> {
+    ) -> Result<(Reply, bool), CallError> {
         if crate::calls::facts::is_process_list(&call) {
             return self
                 .list_processes(session, call)
@@ -241,71 +243,133 @@ impl Executor {
         if crate::calls::facts::starts_process(&call) {
             context.new_process_id = session.processes.draw_id();
         }
+        let (context, call, home) = (&context, &call, &home);
+        let (tracked, home) = self
+            .with_fresh_protection(session, escalated, move |seen| async move {
+                // `None`: the call runs in the session's current worker (`seen`), the common
+                // case, which needs no second copy of the policy.
+                let (worker, home) = match home {
+                    Some(h) if h.escalated => {
+                        (self.worker_for(session, true).await?, Some(h.clone()))
+                    }
+                    Some(h) => (self.pool.get(&h.policy).await?, Some(h.clone())),
+                    None if escalated => {
+                        let worker = self.worker_for(session, true).await?;
+                        let policy = session.escalated_policy.get().cloned().ok_or_else(|| {
+                            CallError::Internal("session has no sandbox policy".into())
+                        })?;
+                        (worker, Some(Home { policy, escalated }))
+                    }
+                    None => {
+                        let policy = seen.as_ref().ok_or_else(|| {
+                            CallError::Internal("session has no sandbox policy".into())
+                        })?;
+                        (self.pool.get(policy).await?, None)
+                    }
+                };
+                let tracked = tokio::select! {
+                    tracked = worker.call_tracked(context, call) => tracked?,
+                    // Dropping the call future cancels it in the worker.
+                    _ = session.closed.cancelled() => return Err(CallError::session_closed()),
+                };
+                Ok(match tracked.reply {
+                    Reply::Stale(what) => Fresh::Stale(what),
+                    _ => Fresh::Ran((
+                        tracked,
+                        home.or_else(|| {
+                            seen.map(|policy| Home {
+                                policy,
+                                escalated: false,
+                            })
+                        }),
+                    )),
+                })
+            })
+            .await?;
         let mut slot = slot;
-        // One retry: a stale worker ran nothing, and the refreshed one matches the workspace
-        // as it is now.
-        for attempt in 0..2 {
-            let seen = session.current_policy();
-            // `None`: the call runs in the session's current worker (`seen`), the common case,
-            // which needs no second copy of the policy.
-            let (worker, home) = match &home {
-                Some(h) if h.escalated => (self.worker_for(session, true).await?, Some(h.clone())),
-                Some(h) => (self.pool.get(&h.policy).await?, Some(h.clone())),
-                None if escalated => {
-                    let worker = self.worker_for(session, true).await?;
-                    let policy = session
-                        .escalated_policy
-                        .get()
-                        .cloned()
-                        .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
-                    (worker, Some(Home { policy, escalated }))
-                }
-                None => {
-                    let policy = seen
-                        .as_ref()
-                        .ok_or_else(|| Status::internal("session has no sandbox policy"))?;
-                    (self.pool.get(policy).await?, None)
-                }
-            };
-            let result = tokio::select! {
-                result = worker.call_tracked(&context, &call) => result,
-                // Dropping the call future cancels it in the worker.
-                _ = session.closed.cancelled() => Err(Status::cancelled(
-                    "the session was closed while the call was running; the call was cancelled",
-                )),
-            };
-            let result = result.map(|t| {
-                if t.kept.is_empty() && t.ended.is_empty() {
-                    // Nothing to record; a running-command slot ends with the call.
-                    drop(slot.take());
-                } else if let Some(home) = home.or_else(|| {
-                    seen.clone().map(|policy| Home {
-                        policy,
-                        escalated: false,
-                    })
-                }) {
-                    session
-                        .processes
-                        .record(&home, &t.kept, &t.ended, slot.take());
-                }
-                (t.reply, t.sandbox_denied)
-            });
-            match (result, seen) {
-                (Ok((Reply::Stale(what), _)), Some(seen)) if attempt == 0 && !escalated => {
-                    self.refresh(session, &seen, &what).await?;
-                }
-                (Ok((Reply::Stale(what), _)), _) => {
-                    return Err(crate::daemon::rpc::status::protection_unsettled(&what));
-                }
-                (other, _) => return other,
-            }
+        if tracked.kept.is_empty() && tracked.ended.is_empty() {
+            // Nothing to record; a running-command slot ends with the call.
+            drop(slot.take());
+        } else if let Some(home) = home {
+            session
+                .processes
+                .record(&home, &tracked.kept, &tracked.ended, slot.take());
         }
-        unreachable!("the loop returns on its second attempt")
+        Ok((tracked.reply, tracked.sandbox_denied))
+    }
+
+    /// Runs `attempt` against the session's protection as it is now. A worker that finds its
+    /// protection stale runs nothing and answers [`Fresh::Stale`]; the session then moves to a
+    /// worker built for the workspace as it is now and `attempt` runs once more (not for an
+    /// escalated call: nothing protects a danger-full-access worker). The one place a call is
+    /// retried. `attempt` gets the policy it runs under.
+    pub(in crate::daemon) async fn with_fresh_protection<T, F>(
+        &self,
+        session: &Session,
+        escalated: bool,
+        mut attempt: impl FnMut(Option<SandboxPolicy>) -> F,
+    ) -> Result<T, CallError>
+    where
+        F: Future<Output = Result<Fresh<T>, CallError>>,
+    {
+        let seen = session.current_policy();
+        let what = match attempt(seen.clone()).await? {
+            Fresh::Ran(t) => return Ok(t),
+            Fresh::Stale(what) => what,
+        };
+        match seen {
+            Some(seen) if !escalated => self.refresh(session, &seen, &what).await?,
+            _ => return Err(CallError::protection_unsettled(&what)),
+        }
+        match attempt(session.current_policy()).await? {
+            Fresh::Ran(t) => Ok(t),
+            Fresh::Stale(what) => Err(CallError::protection_unsettled(&what)),
+        }
+    }
+
+    /// Starts a streamed call (ShellStream, Download, Upload) in the session's worker and
+    /// reads its first frame, which says whether it started: a failure to start is the call's
+    /// error, not the first item of a stream that fails at once.
+    pub(in crate::daemon) async fn start_streamed(
+        &self,
+        session: &Session,
+        call: &Call,
+        escalated: bool,
+    ) -> Result<Streamed, CallError> {
+        self.with_fresh_protection(session, escalated, move |_| async move {
+            let worker = self.worker_for(session, escalated).await?;
+            let (mut handle, mut replies) = worker.start(&context_of(session), call, true).await?;
+            let first = tokio::select! {
+                first = replies.recv() => first,
+                _ = session.closed.cancelled() => return Err(CallError::session_closed()),
+            };
+            let Some(first) = first else {
+                handle.done();
+                return Err(CallError::WorkerDied);
+            };
+            match first.result {
+                Some(Reply::Stale(what)) => {
+                    handle.done();
+                    Ok(Fresh::Stale(what))
+                }
+                Some(Reply::Failure(f)) if first.last => {
+                    handle.done();
+                    Err(CallError::from(f))
+                }
+                _ => Ok(Fresh::Ran(Streamed {
+                    worker,
+                    handle,
+                    replies,
+                    first,
+                })),
+            }
+        })
+        .await
     }
 
     /// ListProcesses: the session's processes from every worker that has some, and from its
     /// current one, by id.
-    async fn list_processes(&self, session: &Session, call: Call) -> Result<Reply, Status> {
+    async fn list_processes(&self, session: &Session, call: Call) -> Result<Reply, CallError> {
         let mut workers: Vec<Arc<Worker>> = vec![self.worker_for(session, false).await?];
         for home in session.processes.homes() {
             let worker = if home.escalated {
@@ -336,6 +400,22 @@ impl Executor {
             )),
         }))
     }
+}
+
+/// What one attempt of a call came to: it ran, or its worker found its protection stale and
+/// ran nothing.
+pub(in crate::daemon) enum Fresh<T> {
+    Ran(T),
+    Stale(String),
+}
+
+/// A streamed call that started in its worker: the worker (an upload sends it pieces), the
+/// call's handle, its replies, and the first one, already read.
+pub(in crate::daemon) struct Streamed {
+    pub(in crate::daemon) worker: Arc<Worker>,
+    pub(in crate::daemon) handle: CallHandle,
+    pub(in crate::daemon) replies: mpsc::UnboundedReceiver<WorkerReply>,
+    pub(in crate::daemon) first: WorkerReply,
 }
 
 /// The per-call session facts sent with each call.

@@ -3,7 +3,7 @@
 //! probe of a sandbox as sessions will get it.
 
 use super::Executor;
-use crate::daemon::rpc::status::invalid_field;
+use crate::daemon::error::CallError;
 use crate::daemon::session::sessions::Session;
 use crate::daemon::workers::start_rate::Turn;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
@@ -11,7 +11,6 @@ use crate::sandbox::profile::Profile;
 use crate::sandbox::report::Layer;
 use crate::sandbox::roots::SessionParams;
 use std::path::PathBuf;
-use tonic::Status;
 
 /// The uid the start-up probe runs as when the daemon is root (`nobody` on most systems).
 const PROBE_UID: u32 = 65534;
@@ -23,7 +22,7 @@ impl Executor {
         &self,
         session: &mut Session,
         mode_given: bool,
-    ) -> Result<Profile, Status> {
+    ) -> Result<Profile, CallError> {
         if session.profile.is_empty() {
             let profile = self.profiles.for_mode(session.mode).clone();
             session.profile = profile.name.clone();
@@ -34,7 +33,7 @@ impl Executor {
             .get(&session.profile)
             .cloned()
             .ok_or_else(|| {
-                invalid_field(
+                CallError::invalid_field(
                     "profile",
                     &format!(
                         "profile `{}` does not exist; this daemon has: {}",
@@ -44,7 +43,7 @@ impl Executor {
                 )
             })?;
         if mode_given && profile.mode != session.mode {
-            return Err(invalid_field(
+            return Err(CallError::invalid_field(
                 "mode",
                 &format!(
                     "profile `{}` is a {} profile, but mode {} was requested; omit mode or make \
@@ -64,14 +63,14 @@ impl Executor {
 
     /// The effective policy of a session (spec/sandbox.md §2.2–2.3), resolved as the caller by
     /// the path resolver: the daemon itself never looks at the paths (§8.6 H5).
-    pub async fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, Status> {
+    pub async fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, CallError> {
         self.wait_for_start_turn(session).await?;
         let profile = match self.profiles.get(&session.profile) {
             Some(p) if p.mode == session.mode => p.clone(),
             _ => self.profiles.for_mode(session.mode).clone(),
         };
         if session.network_access && !profile.network_allowed {
-            return Err(Status::permission_denied(format!(
+            return Err(CallError::Denied(format!(
                 "sandbox profile `{}` does not allow network access",
                 profile.name
             )));
@@ -122,7 +121,7 @@ impl Executor {
         session: &Session,
         root: &std::path::Path,
         state: &std::path::Path,
-    ) -> Status {
+    ) -> CallError {
         let what = if self.socket_dir.as_deref() == Some(state) {
             format!(
                 "{}, the directory of the daemon's socket, which clients connect to",
@@ -154,7 +153,7 @@ impl Executor {
         } else {
             ("writable_roots", "choose a narrower writable root")
         };
-        invalid_field(
+        CallError::invalid_field(
             field,
             &format!(
                 "writable root {} contains corral's own state ({what}), which no sandbox may \
@@ -166,7 +165,7 @@ impl Executor {
 
     /// Every resolution starts a resolver helper and usually a worker: it is a start of the
     /// session owner's budget (H23), waited for here, before any process is made.
-    pub(super) async fn wait_for_start_turn(&self, session: &Session) -> Result<(), Status> {
+    pub(super) async fn wait_for_start_turn(&self, session: &Session) -> Result<(), CallError> {
         let Some(rule) = &session.rule else {
             return Ok(());
         };
@@ -180,7 +179,7 @@ impl Executor {
                 tokio::time::sleep(wait).await;
                 Ok(())
             }
-            Turn::Refused { retry_after } => Err(crate::daemon::rpc::status::starting_too_fast(
+            Turn::Refused { retry_after } => Err(CallError::starting_too_fast(
                 session.owner_uid,
                 &rule.name,
                 budget.per_second,

@@ -5,7 +5,7 @@
 //! flow-control window as its output is passed on.
 
 use super::worker::{OUTGOING_BYTES, Worker};
-use crate::daemon::rpc::status;
+use crate::daemon::error::CallError;
 use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::{
@@ -13,7 +13,6 @@ use crate::wire::{
 };
 use std::sync::atomic::Ordering;
 use tokio::sync::mpsc;
-use tonic::Status;
 
 impl Worker {
     /// Sends a call; replies arrive on the returned receiver (several for a streaming call, the
@@ -25,9 +24,9 @@ impl Worker {
         context: &CallContext,
         call: &Call,
         stream: bool,
-    ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), Status> {
+    ) -> Result<(CallHandle, mpsc::UnboundedReceiver<WorkerReply>), CallError> {
         if self.is_dead() {
-            return Err(status::worker_died());
+            return Err(CallError::WorkerDied);
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let bytes = encode_request(id, context, call, stream);
@@ -37,14 +36,14 @@ impl Worker {
             .clone()
             .acquire_many_owned(share)
             .await
-            .map_err(|_| status::worker_died())?;
+            .map_err(|_| CallError::WorkerDied)?;
         let (tx, rx) = mpsc::unbounded_channel();
         self.pending.locked().insert(id, tx);
         // The reader clears the table when the worker dies; an entry added after that would
         // never see its sender dropped.
         if self.is_dead() {
             self.pending.locked().remove(&id);
-            return Err(status::worker_died());
+            return Err(CallError::WorkerDied);
         }
         // From here on the handle exists, so a failure or a dropped future cancels the call.
         let handle = CallHandle {
@@ -54,15 +53,15 @@ impl Worker {
         };
         self.outgoing
             .send((bytes, permit))
-            .map_err(|_| status::worker_died())?;
+            .map_err(|_| CallError::WorkerDied)?;
         Ok((handle, rx))
     }
 
     /// Sends the next piece of upload `call` (after its call request, on the same ordered queue,
     /// within the same byte budget).
-    pub async fn send_piece(&self, piece: crate::wire::UploadPiece) -> Result<(), Status> {
+    pub async fn send_piece(&self, piece: crate::wire::UploadPiece) -> Result<(), CallError> {
         if self.is_dead() {
-            return Err(status::worker_died());
+            return Err(CallError::WorkerDied);
         }
         let bytes = frame::encode(&WorkerRequest {
             id: 0,
@@ -76,14 +75,14 @@ impl Worker {
             .clone()
             .acquire_many_owned(share)
             .await
-            .map_err(|_| status::worker_died())?;
+            .map_err(|_| CallError::WorkerDied)?;
         self.outgoing
             .send((bytes, permit))
-            .map_err(|_| status::worker_died())
+            .map_err(|_| CallError::WorkerDied)
     }
 
     /// Runs a unary call to completion.
-    pub async fn call(&self, context: &CallContext, call: &Call) -> Result<Reply, Status> {
+    pub async fn call(&self, context: &CallContext, call: &Call) -> Result<Reply, CallError> {
         self.call_tracked(context, call).await.map(|t| t.reply)
     }
 
@@ -93,7 +92,7 @@ impl Worker {
         &self,
         context: &CallContext,
         call: &Call,
-    ) -> Result<Tracked, Status> {
+    ) -> Result<Tracked, CallError> {
         let (mut handle, mut rx) = self.start(context, call, false).await?;
         match rx.recv().await {
             Some(WorkerReply {
@@ -111,10 +110,12 @@ impl Worker {
                     sandbox_denied,
                 })
             }
-            Some(_) => Err(Status::internal("the sandbox worker sent an empty reply")),
+            Some(_) => Err(CallError::Internal(
+                "the sandbox worker sent an empty reply".into(),
+            )),
             None => {
                 handle.done();
-                Err(status::worker_died())
+                Err(CallError::WorkerDied)
             }
         }
     }

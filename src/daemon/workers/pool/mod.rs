@@ -21,6 +21,7 @@ mod worker;
 pub use call::{CallHandle, Credits};
 pub use worker::Worker;
 
+use crate::daemon::error::CallError;
 use crate::sandbox::cgroup::MemoryCgroups;
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::report::Layer;
@@ -32,7 +33,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tonic::Status;
 use worker::LIVE;
 
 /// One policy's worker slot: the worker (started on first use, replaced when it died) and the
@@ -129,7 +129,7 @@ impl WorkerPool {
         &self,
         policy: &SandboxPolicy,
         slot: &tokio::sync::Mutex<Option<Arc<Worker>>>,
-    ) -> Result<Arc<Worker>, Status> {
+    ) -> Result<Arc<Worker>, CallError> {
         let mut current = slot.lock().await;
         let replaces_a_dead_worker = match current.as_ref() {
             Some(worker) if !worker.is_dead() => return Ok(worker.clone()),
@@ -152,7 +152,7 @@ impl WorkerPool {
     }
 
     /// A session starts using `policy`: make sure a live worker exists for it.
-    pub async fn acquire(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+    pub async fn acquire(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, CallError> {
         let slot = self.slot(policy, true);
         match self.live(policy, &slot).await {
             Ok(worker) => Ok(worker),
@@ -164,7 +164,7 @@ impl WorkerPool {
     }
 
     /// The live worker for `policy`, replacing one that died.
-    pub async fn get(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, Status> {
+    pub async fn get(&self, policy: &SandboxPolicy) -> Result<Arc<Worker>, CallError> {
         let slot = self.slot(policy, false);
         self.live(policy, &slot).await
     }
@@ -200,7 +200,7 @@ impl WorkerPool {
         policy: &SandboxPolicy,
         replaces_a_dead_worker: bool,
         stopped_by: Option<PathBuf>,
-    ) -> Result<Arc<Worker>, Status> {
+    ) -> Result<Arc<Worker>, CallError> {
         // A spare is only usable if it sits in a cgroup whenever workers get one.
         let spare = self
             .take_spare()
@@ -217,7 +217,7 @@ impl WorkerPool {
         let user_limit = policy.limits.user_memory_bytes;
         let cgroups = self.cgroups.clone();
         let cant_limit = |e: &dyn std::fmt::Display| {
-            Status::failed_precondition(format!(
+            CallError::Unmet(format!(
                 "sandbox unavailable: limits could not be applied: cannot create the worker's \
                  memory cgroup or set its limit: {e}. Check the daemon may write its cgroup"
             ))
@@ -236,7 +236,7 @@ impl WorkerPool {
                     Ok::<_, std::io::Error>(spare)
                 })
                 .await
-                .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
+                .map_err(|e| CallError::Internal(format!("memory cgroup task: {e}")))?;
                 spare.map_err(|e| cant_limit(&e))?
             }
             // No spare ready (opens back to back): a worker of its own, started in its cgroup.
@@ -255,7 +255,7 @@ impl WorkerPool {
                             )
                         })
                         .await
-                        .map_err(|e| Status::internal(format!("memory cgroup task: {e}")))?;
+                        .map_err(|e| CallError::Internal(format!("memory cgroup task: {e}")))?;
                         Some(made.map_err(|e| cant_limit(&e))?)
                     }
                     None => None,

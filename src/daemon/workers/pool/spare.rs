@@ -6,13 +6,13 @@
 
 use super::WorkerPool;
 use super::worker::hung_up;
+use crate::daemon::error::CallError;
 use crate::sandbox::cgroup::WorkerCgroup;
 use crate::sync::LockExt;
 use crate::wire::spec::{SPARE_ARG, WORKER_FD};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tonic::Status;
 
 /// How many spare workers ([`Spare`]) the pool keeps started ahead. Two, so that an
 /// `OpenSession` right after another still finds one: a replacement is not ready for 10–20 ms
@@ -52,7 +52,7 @@ pub struct Spare {
 impl Spare {
     /// Starts a worker process in `cgroup`. A spare started ahead (`ahead`) is named `__spare_`
     /// until it gets its spec (`worker::serve` renames it).
-    pub(super) fn start(cgroup: Option<WorkerCgroup>, ahead: bool) -> Result<Spare, Status> {
+    pub(super) fn start(cgroup: Option<WorkerCgroup>, ahead: bool) -> Result<Spare, CallError> {
         // A session's own worker joins its cgroup before it runs (H11). A spare is moved in
         // from here right after its exec: in a child that joined itself, the wait for the RCU
         // grace period (see [`Spare`]) kept a copy-on-write copy of the daemon alive while the
@@ -65,8 +65,9 @@ impl Spare {
                 .map(|c| (c.procs_path(), c.pids_procs_path())),
         };
         let cgroup = CgroupHold(cgroup);
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-            .map_err(|e| Status::internal(format!("cannot create the worker socketpair: {e}")))?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| {
+            CallError::Internal(format!("cannot create the worker socketpair: {e}"))
+        })?;
         let theirs_fd = theirs.as_raw_fd();
         let mut cmd = tokio::process::Command::new("/proc/self/exe");
         cmd.arg(if ahead { SPARE_ARG } else { "__worker" })
@@ -103,7 +104,7 @@ impl Spare {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| Status::internal(format!("cannot start a sandbox worker: {e}")))?;
+            .map_err(|e| CallError::Internal(format!("cannot start a sandbox worker: {e}")))?;
         drop(theirs);
         if let Some(stderr) = child.stderr.take() {
             crate::daemon::workers::worker_log::relay(stderr, child.id());
@@ -112,9 +113,9 @@ impl Spare {
             // On failure `child` is dropped, which kills it.
             let pid = child
                 .id()
-                .ok_or_else(|| Status::internal("a spare worker exited at once"))?;
+                .ok_or_else(|| CallError::Internal("a spare worker exited at once".into()))?;
             cg.add_process(pid).map_err(|e| {
-                Status::internal(format!("cannot move a spare worker into its cgroup: {e}"))
+                CallError::Internal(format!("cannot move a spare worker into its cgroup: {e}"))
             })?;
         }
         Ok(Spare {
@@ -193,7 +194,7 @@ impl WorkerPool {
                             cgroups
                                 .create(&format!("worker-{n}"), SPARE_MEMORY_BYTES, SPARE_PROCESSES)
                                 .map_err(|e| {
-                                    Status::internal(format!(
+                                    CallError::Internal(format!(
                                         "cannot create a spare worker's memory cgroup: {e}"
                                     ))
                                 })?,

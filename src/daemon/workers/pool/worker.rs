@@ -5,7 +5,7 @@
 
 use super::spare::Spare;
 use crate::api;
-use crate::daemon::rpc::status;
+use crate::daemon::error::CallError;
 use crate::sandbox::cgroup::WorkerCgroup;
 use crate::sync::LockExt;
 use crate::wire::frame;
@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::Status;
 
 /// How long a new worker may take to confine itself and say it is ready.
 const WORKER_READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -67,14 +66,17 @@ impl Worker {
     pub async fn spawn(
         spec: &WorkerSpec,
         cgroup: Option<WorkerCgroup>,
-    ) -> Result<Arc<Worker>, Status> {
+    ) -> Result<Arc<Worker>, CallError> {
         let spare = Spare::start(cgroup, false)?;
         Self::specialise(spare, spec).await
     }
 
     /// Gives `spare` its spec and waits until it has confined itself. The spare's cgroup must
     /// already carry the spec's limit (see [`WorkerPool::spawn`]).
-    pub(super) async fn specialise(spare: Spare, spec: &WorkerSpec) -> Result<Arc<Worker>, Status> {
+    pub(super) async fn specialise(
+        spare: Spare,
+        spec: &WorkerSpec,
+    ) -> Result<Arc<Worker>, CallError> {
         // The cgroup is released off the async threads once the worker is reaped (or on any
         // early return).
         let Spare {
@@ -83,21 +85,23 @@ impl Worker {
             cgroup,
         } = spare;
         let spec_json = serde_json::to_string(spec)
-            .map_err(|e| Status::internal(format!("cannot encode the worker spec: {e}")))?;
+            .map_err(|e| CallError::Internal(format!("cannot encode the worker spec: {e}")))?;
         let hangup = ours
             .try_clone()
-            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
+            .map_err(|e| CallError::Internal(format!("worker socket: {e}")))?;
         ours.set_nonblocking(true)
-            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
+            .map_err(|e| CallError::Internal(format!("worker socket: {e}")))?;
         let stream = tokio::net::UnixStream::from_std(ours)
-            .map_err(|e| Status::internal(format!("worker socket: {e}")))?;
+            .map_err(|e| CallError::Internal(format!("worker socket: {e}")))?;
         let (mut read_half, mut write_half) = stream.into_split();
         {
             use tokio::io::AsyncWriteExt;
             write_half
                 .write_all(&frame::encode_bytes(spec_json.as_bytes()))
                 .await
-                .map_err(|e| Status::internal(format!("cannot send the worker its spec: {e}")))?;
+                .map_err(|e| {
+                    CallError::Internal(format!("cannot send the worker its spec: {e}"))
+                })?;
         }
 
         let first = tokio::time::timeout(
@@ -115,7 +119,7 @@ impl Worker {
                 ..
             }))) => {
                 let _ = child.wait().await;
-                return Err(status::tool_failure(f));
+                return Err(CallError::from(f));
             }
             Ok(Ok(_)) | Ok(Err(_)) => {
                 let exit = child
@@ -123,11 +127,11 @@ impl Worker {
                     .await
                     .map(|s| s.to_string())
                     .unwrap_or_default();
-                return Err(status::worker_setup_exited(&exit));
+                return Err(CallError::worker_setup_exited(&exit));
             }
             Err(_) => {
                 let _ = child.kill().await;
-                return Err(status::worker_not_ready(WORKER_READY_TIMEOUT.as_secs()));
+                return Err(CallError::worker_not_ready(WORKER_READY_TIMEOUT.as_secs()));
             }
         };
 
