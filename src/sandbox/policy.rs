@@ -125,3 +125,25 @@ pub struct SandboxPolicy {
     #[serde(default)]
     pub sandbox_generation: u32,
 }
+
+#[cfg(test)]
+impl SandboxPolicy {
+    /// A policy of `mode` at `cwd` with nothing else: no roots, no network, no limits.
+    pub(crate) fn bare(mode: Mode, cwd: &str) -> SandboxPolicy {
+        SandboxPolicy {
+            mode,
+            cwd: cwd.into(),
+            writable_roots: vec![],
+            protected_paths: vec![],
+            protected_missing: vec![],
+            network: false,
+            masked_paths: vec![],
+            skipped_roots: vec![],
+            root_ids: vec![],
+            protected_names: vec![],
+            sandbox_generation: 0,
+            identity: None,
+            limits: ResourceLimits::default(),
+        }
+    }
+}

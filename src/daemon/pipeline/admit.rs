@@ -108,8 +108,8 @@ pub(in crate::daemon) struct Trace {
 impl Trace {
     /// The session the call reached: its mode and cwd go on the audit line.
     pub(in crate::daemon) fn place(&mut self, session: &Session) {
-        self.mode = session.mode.as_str().to_string();
-        self.cwd = session.cwd.to_string_lossy().into_owned();
+        self.mode = session.mode().as_str().to_string();
+        self.cwd = session.cwd().to_string_lossy().into_owned();
     }
 }
 
@@ -141,11 +141,11 @@ impl CorralService {
         let session = self
             .sessions
             .get(id)
-            .filter(|s| s.owner_uid == caller.uid)
+            .filter(|s| s.owner_uid() == caller.uid)
             .ok_or_else(|| CallError::session_not_found(id))?;
         // Knowing a danger-full-access session's id must not give a caller what it could not
         // open (H19).
-        if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
+        if session.mode() == crate::sandbox::policy::Mode::DangerFullAccess {
             crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
         }
         Ok(session)
@@ -216,7 +216,7 @@ impl CorralService {
                 calls::facts::command_of(
                     call,
                     trace.parsed.as_deref(),
-                    &session.cwd,
+                    session.cwd(),
                     &approvals::shell_of(&session),
                 )
             })
@@ -261,7 +261,7 @@ impl CorralService {
                 });
             }
         };
-        if let (Call::Shell(req), Some(rule)) = (call, &session.rule) {
+        if let (Call::Shell(req), Some(rule)) = (call, session.rule()) {
             let ceiling = session.timeout_ceiling_ms();
             if let Some(t) = req.timeout_ms.filter(|t| *t > ceiling) {
                 return Err(Refused::Failed(CallError::timeout_over_ceiling(

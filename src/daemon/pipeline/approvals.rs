@@ -180,6 +180,7 @@ pub fn settings(
 /// daemon), so the argv a user approves is the argv that runs.
 pub fn shell_of(session: &Session) -> String {
     let uid = session
+        .policy
         .identity
         .as_ref()
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);

@@ -5,7 +5,7 @@ use crate::api;
 use crate::daemon::caller::identity::{Caller, RootCallers, worker_identity};
 use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::CorralService;
-use crate::daemon::session::sessions::{self, StoreError};
+use crate::daemon::session::sessions::{self, Session, StoreError};
 
 impl CorralService {
     pub(in crate::daemon) async fn open(
@@ -14,30 +14,30 @@ impl CorralService {
         req: api::OpenSessionRequest,
     ) -> Result<api::OpenSessionResponse, CallError> {
         crate::daemon::caller::peer::refuse_if_in_a_corral_sandbox(caller)?;
-        let mut session =
+        let mut opening =
             sessions::validate(&req).map_err(|e| CallError::invalid_field(&e.field, &e.message))?;
-        session.id = sessions::new_session_id()
+        let id = sessions::new_session_id()
             .map_err(|e| CallError::Internal(format!("cannot draw a random session id: {e}")))?;
         let mode_given = req.mode != api::SandboxMode::Unspecified as i32;
-        self.executor.resolve_profile(&mut session, mode_given)?;
-        session.owner_uid = caller.uid;
-        session.env = crate::daemon::session::environment::session_env(
+        let asked = &mut opening.sandbox;
+        self.executor.resolve_profile(asked, mode_given)?;
+        asked.owner_uid = caller.uid;
+        asked.env = crate::daemon::session::environment::session_env(
             caller.uid,
-            std::mem::take(&mut session.env),
+            std::mem::take(&mut asked.env),
         );
-        session.identity = worker_identity(caller, self.root_callers)?;
-        let rule = self.rule_for(caller, session.identity.as_ref());
-        rule.check_mode(session.mode).map_err(CallError::Denied)?;
+        asked.identity = worker_identity(caller, self.root_callers)?;
+        let rule = self.rule_for(caller, asked.identity.as_ref());
+        rule.check_mode(asked.mode).map_err(CallError::Denied)?;
         if self.sessions.owned_by(caller.uid) >= rule.max_sessions {
             return Err(CallError::exhausted(format!(
                 "uid {} already has {} open sessions, the most policy rule `{}` allows; close some",
                 caller.uid, rule.max_sessions, rule.name
             )));
         }
-        session.rule = Some(rule);
         if caller.uid == 0
             && self.root_callers == RootCallers::Confined
-            && session.mode == crate::sandbox::policy::Mode::DangerFullAccess
+            && asked.mode == crate::sandbox::policy::Mode::DangerFullAccess
         {
             return Err(CallError::Denied(
                 "root callers may use the sandboxed modes only (root_callers = confined); \
@@ -45,16 +45,15 @@ impl CorralService {
                     .into(),
             ));
         }
-        if session.mode == crate::sandbox::policy::Mode::DangerFullAccess {
+        if asked.mode == crate::sandbox::policy::Mode::DangerFullAccess {
             crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
         }
-        let policy = self.executor.policy_for(&session).await?;
+        asked.rule = Some(rule.clone());
+        let policy = self.executor.policy_for(&opening.sandbox).await?;
         // H10: the operator's `roots_under` holds for the canonical form of every root the
         // session really gets, from every source (cwd, writable_roots, TMPDIR, /tmp).
-        if let Some(rule) = &session.rule {
-            for dir in std::iter::once(&policy.cwd).chain(&policy.writable_roots) {
-                rule.check_root(dir).map_err(CallError::Denied)?;
-            }
+        for dir in std::iter::once(&policy.cwd).chain(&policy.writable_roots) {
+            rule.check_root(dir).map_err(CallError::Denied)?;
         }
         let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
             v.iter().map(|p| p.to_string_lossy().into_owned()).collect()
@@ -69,19 +68,21 @@ impl CorralService {
         if self.sessions.len() >= self.sessions.max_sessions() {
             return Err(full(self.sessions.max_sessions()));
         }
-        self.check_worker_cap(caller.uid, session.rule.as_ref(), &policy)
+        self.check_worker_cap(caller.uid, Some(&rule), &policy)
             .await?;
         let mut policy = policy;
         self.executor.open(&mut policy).await?;
-        session.policy = Some(policy.clone());
-        let session = match self.sessions.insert(session) {
+        let session = match self
+            .sessions
+            .insert(Session::new(id, opening, policy.clone()))
+        {
             Ok(s) => s,
             Err(StoreError::Full(n)) => {
                 self.executor.pool().release(&policy).await;
                 return Err(full(n));
             }
         };
-        tracing::info!(session = %session.id, uid = caller.uid, pid = caller.pid, cwd = %session.cwd.display(), mode = session.mode.as_str(), "session opened");
+        tracing::info!(session = %session.id, uid = caller.uid, pid = caller.pid, cwd = %session.cwd().display(), mode = session.mode().as_str(), "session opened");
         Ok(api::OpenSessionResponse {
             session_id: session.id.clone(),
             skipped_writable_roots,

@@ -80,7 +80,7 @@ impl Bridge for CorralService {
         let session_budget = self
             .sessions
             .get(&req.session_id)
-            .filter(|s| s.owner_uid == caller.uid)
+            .filter(|s| s.owner_uid() == caller.uid)
             .map_or(
                 crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
                 |s| s.project_doc_max_bytes,

@@ -51,7 +51,7 @@ impl Sessions for CorralService {
             .sessions
             .list_owned(caller.uid)
             .into_iter()
-            .filter(|(s, _)| full || s.mode != crate::sandbox::policy::Mode::DangerFullAccess)
+            .filter(|(s, _)| full || s.mode() != crate::sandbox::policy::Mode::DangerFullAccess)
             .map(|(s, idle)| {
                 let policy = s.current_policy();
                 let paths = |v: &[std::path::PathBuf]| -> Vec<String> {
@@ -59,11 +59,8 @@ impl Sessions for CorralService {
                 };
                 api::SessionInfo {
                     session_id: s.id.clone(),
-                    cwd: policy.as_ref().map_or_else(
-                        || s.cwd.to_string_lossy().into_owned(),
-                        |p| p.cwd.to_string_lossy().into_owned(),
-                    ),
-                    mode: match s.mode {
+                    cwd: policy.cwd.to_string_lossy().into_owned(),
+                    mode: match s.mode() {
                         crate::sandbox::policy::Mode::ReadOnly => api::SandboxMode::ReadOnly,
                         crate::sandbox::policy::Mode::WorkspaceWrite => {
                             api::SandboxMode::WorkspaceWrite
@@ -72,11 +69,9 @@ impl Sessions for CorralService {
                             api::SandboxMode::DangerFullAccess
                         }
                     } as i32,
-                    writable_roots: policy
-                        .as_ref()
-                        .map_or_else(Vec::new, |p| paths(&p.writable_roots)),
-                    network_access: s.network_access,
-                    profile: s.profile.clone(),
+                    writable_roots: paths(&policy.writable_roots),
+                    network_access: s.sandbox.network_access,
+                    profile: s.sandbox.profile.clone(),
                     tools: s.tools.names().into_iter().map(String::from).collect(),
                     idle_seconds: idle.as_secs(),
                 }

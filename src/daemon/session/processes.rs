@@ -111,22 +111,7 @@ mod tests {
     use super::*;
 
     fn policy() -> SandboxPolicy {
-        use crate::sandbox::policy::{Mode, ResourceLimits};
-        SandboxPolicy {
-            mode: Mode::ReadOnly,
-            cwd: "/".into(),
-            writable_roots: vec![],
-            protected_paths: vec![],
-            protected_missing: vec![],
-            network: false,
-            masked_paths: vec![],
-            skipped_roots: vec![],
-            root_ids: vec![],
-            protected_names: vec![],
-            sandbox_generation: 0,
-            identity: None,
-            limits: ResourceLimits::default(),
-        }
+        SandboxPolicy::bare(crate::sandbox::policy::Mode::ReadOnly, "/")
     }
 
     fn home(escalated: bool) -> Home {

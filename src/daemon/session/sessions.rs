@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What a session fixes for its calls.
+/// What a session's sandbox is built from: the request as validated, its profile, and whom
+/// it is for. The path resolver turns it into the session's policy, as the caller; an
+/// escalated call's danger-full-access policy and a refreshed one are built from it too.
 #[derive(Debug, Clone)]
-pub struct Session {
-    pub id: String,
+pub struct SandboxRequest {
     pub cwd: PathBuf,
     pub mode: Mode,
     pub writable_roots: Vec<PathBuf>,
@@ -19,21 +20,41 @@ pub struct Session {
     pub exclude_tmpdir_env_var: bool,
     pub exclude_slash_tmp: bool,
     pub env: BTreeMap<String, String>,
+    /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
+    pub profile: String,
     /// The uid that opened the session; only it may use the session.
     pub owner_uid: u32,
     /// Who the session's worker runs as (`None`: the daemon's own identity, or root).
     pub identity: Option<crate::sandbox::policy::Identity>,
-    /// The owner's policy rule (limits and its name for refusals).
+    /// The owner's policy rule (limits and its name for refusals). `None` only for the
+    /// start-up probe, which stands for no caller.
     pub rule: Option<crate::daemon::caller::rules::Rule>,
-    /// The sandbox profile's name (`sandbox-profiles/NAME.toml`).
-    pub profile: String,
-    /// The effective sandbox policy computed at OpenSession, with its roots pinned.
-    pub policy: Option<SandboxPolicy>,
+}
+
+/// An OpenSession request, validated: the sandbox it asks for and the session's options.
+#[derive(Debug)]
+pub struct Opening {
+    pub sandbox: SandboxRequest,
+    pub tools: crate::calls::ToolSet,
+    pub background_terminal_max_timeout_ms: u64,
+    pub project_doc_max_bytes: u64,
+    pub approvals: crate::daemon::pipeline::approvals::SessionApprovals,
+}
+
+/// What a session fixes for its calls. Built once, whole, when its policy is resolved.
+#[derive(Debug)]
+pub struct Session {
+    pub id: String,
+    /// What its sandbox was built from.
+    pub sandbox: SandboxRequest,
+    /// The effective sandbox policy computed at OpenSession, with its roots pinned: the mode,
+    /// cwd and writable roots calls run with.
+    pub policy: SandboxPolicy,
     /// The policy the session's calls use now: `policy` until protection changed (a protected
     /// name appeared) and the session moved to a worker built for the new state.
-    pub live_policy: Arc<Mutex<Option<SandboxPolicy>>>,
+    live_policy: Mutex<SandboxPolicy>,
     /// Serialises moving the session to a new worker.
-    pub refreshing: Arc<tokio::sync::Mutex<()>>,
+    pub refreshing: tokio::sync::Mutex<()>,
     /// The danger-full-access policy its escalated calls use, once one has run: the session
     /// holds that worker too, and releases it when it closes.
     pub escalated_policy: std::sync::OnceLock<SandboxPolicy>,
@@ -50,25 +71,61 @@ pub struct Session {
     pub processes: crate::daemon::session::processes::ProcessHomes,
     /// Workers the session left (its protection changed) but still holds, because processes
     /// it started live there; released when it closes.
-    pub held_policies: Arc<Mutex<Vec<SandboxPolicy>>>,
+    pub held_policies: Mutex<Vec<SandboxPolicy>>,
     /// The approval policy and the calls waiting for a decision (spec/sandbox.md §5.2).
     pub approvals: crate::daemon::pipeline::approvals::SessionApprovals,
 }
 
 impl Session {
-    /// The longest command timeout the owner's policy rule allows, in milliseconds.
-    /// The policy calls run under now (see `live_policy`).
-    pub fn current_policy(&self) -> Option<SandboxPolicy> {
-        self.live_policy
-            .locked()
-            .clone()
-            .or_else(|| self.policy.clone())
+    pub fn new(id: String, opening: Opening, policy: SandboxPolicy) -> Session {
+        Session {
+            id,
+            sandbox: opening.sandbox,
+            live_policy: Mutex::new(policy.clone()),
+            policy,
+            refreshing: Default::default(),
+            escalated_policy: Default::default(),
+            closed: Default::default(),
+            tools: opening.tools,
+            background_terminal_max_timeout_ms: opening.background_terminal_max_timeout_ms,
+            project_doc_max_bytes: opening.project_doc_max_bytes,
+            processes: Default::default(),
+            held_policies: Default::default(),
+            approvals: opening.approvals,
+        }
     }
 
+    /// The session's mode (what it was opened with; an escalated call runs outside it).
+    pub fn mode(&self) -> Mode {
+        self.policy.mode
+    }
+
+    /// The session's working directory, as resolved for its policy.
+    pub fn cwd(&self) -> &Path {
+        &self.policy.cwd
+    }
+
+    pub fn owner_uid(&self) -> u32 {
+        self.sandbox.owner_uid
+    }
+
+    pub fn rule(&self) -> Option<&crate::daemon::caller::rules::Rule> {
+        self.sandbox.rule.as_ref()
+    }
+
+    /// The policy calls run under now (see `live_policy`).
+    pub fn current_policy(&self) -> SandboxPolicy {
+        self.live_policy.locked().clone()
+    }
+
+    /// The session's calls run under `policy` from now on.
+    pub fn move_to(&self, policy: SandboxPolicy) {
+        *self.live_policy.locked() = policy;
+    }
+
+    /// The longest command timeout the owner's policy rule allows, in milliseconds.
     pub fn timeout_ceiling_ms(&self) -> u64 {
-        self.rule
-            .as_ref()
-            .map_or(u64::MAX, |r| r.timeout_ceiling_ms)
+        self.rule().map_or(u64::MAX, |r| r.timeout_ceiling_ms)
     }
 }
 
@@ -79,11 +136,12 @@ pub struct FieldError {
     pub message: String,
 }
 
-/// Checks an OpenSession request and turns it into a session (without an id yet).
 /// The largest `background_terminal_max_timeout_ms` a session may ask for: one hour.
 const MAX_BACKGROUND_TERMINAL_TIMEOUT_MS: u64 = 3_600_000;
 
-pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
+/// Checks an OpenSession request: what it asks for, before the profile, the caller and the
+/// policy are known.
+pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
     let err = |field: &str, message: String| FieldError {
         field: field.to_string(),
         message,
@@ -152,33 +210,27 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Session, FieldError> {
     .map_err(|(field, message)| err(field, message))?;
     let (approval_policy, approval_timeout) = crate::daemon::pipeline::approvals::settings(req)
         .map_err(|(field, message)| err(field, message))?;
-    Ok(Session {
-        id: String::new(),
-        cwd,
-        mode,
-        writable_roots,
-        network_access: req.network_access || mode == Mode::DangerFullAccess,
-        exclude_tmpdir_env_var: req.exclude_tmpdir_env_var,
-        exclude_slash_tmp: req.exclude_slash_tmp,
-        env: req
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        profile: req.profile.clone(),
-        owner_uid: 0,
-        identity: None,
-        rule: None,
-        policy: None,
-        live_policy: Default::default(),
-        refreshing: Default::default(),
-        escalated_policy: Default::default(),
-        closed: Default::default(),
+    Ok(Opening {
+        sandbox: SandboxRequest {
+            cwd,
+            mode,
+            writable_roots,
+            network_access: req.network_access || mode == Mode::DangerFullAccess,
+            exclude_tmpdir_env_var: req.exclude_tmpdir_env_var,
+            exclude_slash_tmp: req.exclude_slash_tmp,
+            env: req
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            profile: req.profile.clone(),
+            owner_uid: 0,
+            identity: None,
+            rule: None,
+        },
         tools,
         background_terminal_max_timeout_ms: req.background_terminal_max_timeout_ms,
         project_doc_max_bytes,
-        processes: Default::default(),
-        held_policies: Default::default(),
         approvals: crate::daemon::pipeline::approvals::SessionApprovals::new(
             approval_policy,
             approval_timeout,
@@ -354,7 +406,7 @@ impl SessionStore {
         let mut owned: Vec<_> = self
             .table()
             .values()
-            .filter(|e| e.session.owner_uid == uid && e.last_used.elapsed() <= self.idle_timeout)
+            .filter(|e| e.session.owner_uid() == uid && e.last_used.elapsed() <= self.idle_timeout)
             .map(|e| (e.session.clone(), e.last_used.elapsed()))
             .collect();
         owned.sort_by(|a, b| a.0.id.cmp(&b.0.id));
@@ -365,7 +417,7 @@ impl SessionStore {
     pub fn owned_by(&self, uid: u32) -> usize {
         self.table()
             .values()
-            .filter(|e| e.session.owner_uid == uid)
+            .filter(|e| e.session.owner_uid() == uid)
             .count()
     }
 
@@ -410,7 +462,10 @@ mod tests {
         let mut r = request("/", ro);
         r.writable_roots = vec!["/tmp".into(), "rel".into()];
         assert_eq!(validate(&r).unwrap_err().field, "writable_roots[1]");
-        assert_eq!(validate(&request("/", ro)).unwrap().mode, Mode::ReadOnly);
+        assert_eq!(
+            validate(&request("/", ro)).unwrap().sandbox.mode,
+            Mode::ReadOnly
+        );
     }
 
     #[test]
@@ -446,11 +501,12 @@ mod tests {
     #[test]
     fn store_limits_and_expires() {
         let store = SessionStore::new(Duration::from_millis(50), 1);
-        let mut s = validate(&request("/", api::SandboxMode::ReadOnly)).unwrap();
-        s.id = "a".into();
-        store.insert(s.clone()).unwrap();
-        s.id = "b".into();
-        assert_eq!(store.insert(s).unwrap_err(), StoreError::Full(1));
+        let session = |id: &str| {
+            let opening = validate(&request("/", api::SandboxMode::ReadOnly)).unwrap();
+            Session::new(id.into(), opening, SandboxPolicy::bare(Mode::ReadOnly, "/"))
+        };
+        store.insert(session("a")).unwrap();
+        assert_eq!(store.insert(session("b")).unwrap_err(), StoreError::Full(1));
         assert!(store.get("a").is_some());
         std::thread::sleep(Duration::from_millis(80));
         assert!(store.get("a").is_none());

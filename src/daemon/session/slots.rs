@@ -21,10 +21,10 @@ pub struct Slot {
 impl RunningCommands {
     /// Takes a slot for one of `session`'s owner's commands, or refuses with the rule's name.
     pub fn start(&self, session: &Session) -> Result<Slot, CallError> {
-        let uid = session.owner_uid;
+        let uid = session.owner_uid();
         let mut by_uid = self.by_uid.locked();
         let running = by_uid.entry(uid).or_default();
-        if let Some(rule) = &session.rule
+        if let Some(rule) = session.rule()
             && *running >= rule.max_concurrent_commands
         {
             return Err(CallError::exhausted(format!(

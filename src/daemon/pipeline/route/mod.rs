@@ -91,7 +91,7 @@ impl Executor {
         let held: Vec<SandboxPolicy> = std::mem::take(&mut *session.held_policies.locked());
         let mut policies: Vec<SandboxPolicy> = Vec::new();
         for policy in [
-            session.current_policy(),
+            Some(session.current_policy()),
             session.escalated_policy.get().cloned(),
         ]
         .into_iter()
@@ -113,9 +113,7 @@ impl Executor {
             }
         }
         session.processes.clear();
-        if let Some(policy) = session.current_policy() {
-            self.pool.release(&policy).await;
-        }
+        self.pool.release(&session.current_policy()).await;
         if let Some(policy) = session.escalated_policy.get() {
             self.pool.release(policy).await;
         }
@@ -132,26 +130,38 @@ impl Executor {
         escalated: bool,
     ) -> Result<Arc<Worker>, CallError> {
         if escalated {
-            let mut unconfined = session.clone();
-            unconfined.mode = Mode::DangerFullAccess;
-            unconfined.network_access = true;
-            let policy = self.policy_for(&unconfined).await?;
-            // The first escalated call makes the session a user of that worker (released with
-            // the session); later ones reuse it.
-            if session.escalated_policy.set(policy.clone()).is_ok() {
-                return self.pool.acquire(&policy).await;
-            }
-            return self.pool.get(&policy).await;
+            return Ok(self.escalated_worker(session).await?.0);
         }
-        let policy = session
-            .current_policy()
-            .ok_or_else(|| CallError::Internal("session has no sandbox policy".into()))?;
+        let policy = session.current_policy();
         // Replacing a worker that died (say, killed by its memory limit on purpose, in a loop)
         // is a start like any other (H23).
         if self.pool.existing(&policy).await.is_none() {
-            self.wait_for_start_turn(session).await?;
+            self.wait_for_start_turn(&session.sandbox).await?;
         }
         self.pool.get(&policy).await
+    }
+
+    /// The danger-full-access worker a session's escalated calls run in, for the same caller,
+    /// and its policy. The first escalated call makes the session a user of that worker
+    /// (released with the session); later ones reuse it.
+    async fn escalated_worker(
+        &self,
+        session: &Session,
+    ) -> Result<(Arc<Worker>, SandboxPolicy), CallError> {
+        if let Some(policy) = session.escalated_policy.get() {
+            return Ok((self.pool.get(policy).await?, policy.clone()));
+        }
+        let mut unconfined = session.sandbox.clone();
+        unconfined.mode = Mode::DangerFullAccess;
+        unconfined.network_access = true;
+        let policy = self.policy_for(&unconfined).await?;
+        let worker = if session.escalated_policy.set(policy.clone()).is_ok() {
+            self.pool.acquire(&policy).await?
+        } else {
+            // Another call of the session got there first, with an equal policy.
+            self.pool.get(&policy).await?
+        };
+        Ok((worker, policy))
     }
 
     /// The session's worker reported its protection stale (`what` changed): resolve the policy
@@ -164,9 +174,7 @@ impl Executor {
         what: &str,
     ) -> Result<(), CallError> {
         let _one_at_a_time = session.refreshing.lock().await;
-        let current = session
-            .current_policy()
-            .ok_or_else(|| CallError::Internal("session has no sandbox policy".into()))?;
+        let current = session.current_policy();
         if current != *seen {
             // Another call already moved the session.
             return Ok(());
@@ -177,7 +185,7 @@ impl Executor {
                 &path,
             )));
         }
-        let mut fresh = self.policy_for(session).await?;
+        let mut fresh = self.policy_for(&session.sandbox).await?;
         fresh.sandbox_generation = current.sandbox_generation;
         if fresh.writable_roots != current.writable_roots || fresh.root_ids != current.root_ids {
             return Err(CallError::Unmet(format!(
@@ -194,7 +202,7 @@ impl Executor {
         }
         tracing::info!(session = %session.id, change = what, "protection changed; moving the session to a new worker");
         self.pool.acquire(&fresh).await?;
-        *session.live_policy.locked() = Some(fresh);
+        session.move_to(fresh);
         if session.processes.lives_in(&current) {
             // Processes the session started there keep running where they are; calls naming
             // them are routed there until the session closes.
@@ -246,26 +254,22 @@ impl Executor {
         let (context, call, home) = (&context, &call, &home);
         let (tracked, home) = self
             .with_fresh_protection(session, escalated, move |seen| async move {
-                // `None`: the call runs in the session's current worker (`seen`), the common
-                // case, which needs no second copy of the policy.
+                // A call naming a kept process runs where that process lives; any other in the
+                // session's current worker (`seen`), or escalated in its danger-full-access one.
                 let (worker, home) = match home {
-                    Some(h) if h.escalated => {
-                        (self.worker_for(session, true).await?, Some(h.clone()))
-                    }
-                    Some(h) => (self.pool.get(&h.policy).await?, Some(h.clone())),
+                    Some(h) if h.escalated => (self.escalated_worker(session).await?.0, h.clone()),
+                    Some(h) => (self.pool.get(&h.policy).await?, h.clone()),
                     None if escalated => {
-                        let worker = self.worker_for(session, true).await?;
-                        let policy = session.escalated_policy.get().cloned().ok_or_else(|| {
-                            CallError::Internal("session has no sandbox policy".into())
-                        })?;
-                        (worker, Some(Home { policy, escalated }))
+                        let (worker, policy) = self.escalated_worker(session).await?;
+                        (worker, Home { policy, escalated })
                     }
-                    None => {
-                        let policy = seen.as_ref().ok_or_else(|| {
-                            CallError::Internal("session has no sandbox policy".into())
-                        })?;
-                        (self.pool.get(policy).await?, None)
-                    }
+                    None => (
+                        self.pool.get(&seen).await?,
+                        Home {
+                            policy: seen,
+                            escalated: false,
+                        },
+                    ),
                 };
                 let tracked = tokio::select! {
                     tracked = worker.call_tracked(context, call) => tracked?,
@@ -274,15 +278,7 @@ impl Executor {
                 };
                 Ok(match tracked.reply {
                     Reply::Stale(what) => Fresh::Stale(what),
-                    _ => Fresh::Ran((
-                        tracked,
-                        home.or_else(|| {
-                            seen.map(|policy| Home {
-                                policy,
-                                escalated: false,
-                            })
-                        }),
-                    )),
+                    _ => Fresh::Ran((tracked, home)),
                 })
             })
             .await?;
@@ -290,7 +286,7 @@ impl Executor {
         if tracked.kept.is_empty() && tracked.ended.is_empty() {
             // Nothing to record; a running-command slot ends with the call.
             drop(slot.take());
-        } else if let Some(home) = home {
+        } else {
             session
                 .processes
                 .record(&home, &tracked.kept, &tracked.ended, slot.take());
@@ -307,7 +303,7 @@ impl Executor {
         &self,
         session: &Session,
         escalated: bool,
-        mut attempt: impl FnMut(Option<SandboxPolicy>) -> F,
+        mut attempt: impl FnMut(SandboxPolicy) -> F,
     ) -> Result<T, CallError>
     where
         F: Future<Output = Result<Fresh<T>, CallError>>,
@@ -317,10 +313,10 @@ impl Executor {
             Fresh::Ran(t) => return Ok(t),
             Fresh::Stale(what) => what,
         };
-        match seen {
-            Some(seen) if !escalated => self.refresh(session, &seen, &what).await?,
-            _ => return Err(CallError::protection_unsettled(&what)),
+        if escalated {
+            return Err(CallError::protection_unsettled(&what));
         }
+        self.refresh(session, &seen, &what).await?;
         match attempt(session.current_policy()).await? {
             Fresh::Ran(t) => Ok(t),
             Fresh::Stale(what) => Err(CallError::protection_unsettled(&what)),
@@ -421,8 +417,9 @@ pub(in crate::daemon) struct Streamed {
 /// The per-call session facts sent with each call.
 pub fn context_of(session: &Session) -> CallContext {
     CallContext {
-        cwd: session.cwd.to_string_lossy().into_owned(),
+        cwd: session.cwd().to_string_lossy().into_owned(),
         env: session
+            .sandbox
             .env
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))

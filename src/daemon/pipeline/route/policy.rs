@@ -4,7 +4,7 @@
 
 use super::Executor;
 use crate::daemon::error::CallError;
-use crate::daemon::session::sessions::Session;
+use crate::daemon::session::sessions::SandboxRequest;
 use crate::daemon::workers::start_rate::Turn;
 use crate::sandbox::policy::{Mode, SandboxPolicy};
 use crate::sandbox::profile::Profile;
@@ -20,7 +20,7 @@ impl Executor {
     /// the mode's built-in one. Fills in the session's mode from a named profile.
     pub fn resolve_profile(
         &self,
-        session: &mut Session,
+        session: &mut SandboxRequest,
         mode_given: bool,
     ) -> Result<Profile, CallError> {
         if session.profile.is_empty() {
@@ -63,7 +63,7 @@ impl Executor {
 
     /// The effective policy of a session (spec/sandbox.md §2.2–2.3), resolved as the caller by
     /// the path resolver: the daemon itself never looks at the paths (§8.6 H5).
-    pub async fn policy_for(&self, session: &Session) -> Result<SandboxPolicy, CallError> {
+    pub async fn policy_for(&self, session: &SandboxRequest) -> Result<SandboxPolicy, CallError> {
         self.wait_for_start_turn(session).await?;
         let profile = match self.profiles.get(&session.profile) {
             Some(p) if p.mode == session.mode => p.clone(),
@@ -118,7 +118,7 @@ impl Executor {
     /// `$TMPDIR` are what their sources add, the cwd and the extra roots are the rest.
     pub(super) fn state_in_root(
         &self,
-        session: &Session,
+        session: &SandboxRequest,
         root: &std::path::Path,
         state: &std::path::Path,
     ) -> CallError {
@@ -165,7 +165,10 @@ impl Executor {
 
     /// Every resolution starts a resolver helper and usually a worker: it is a start of the
     /// session owner's budget (H23), waited for here, before any process is made.
-    pub(super) async fn wait_for_start_turn(&self, session: &Session) -> Result<(), CallError> {
+    pub(super) async fn wait_for_start_turn(
+        &self,
+        session: &SandboxRequest,
+    ) -> Result<(), CallError> {
         let Some(rule) = &session.rule else {
             return Ok(());
         };
@@ -190,8 +193,7 @@ impl Executor {
 
     /// Builds a throw-away read-only worker to learn which layers this host enforces.
     pub async fn probe(&self) -> Result<Vec<crate::api::Layer>, String> {
-        let session = Session {
-            id: String::new(),
+        let session = SandboxRequest {
             cwd: PathBuf::from("/"),
             mode: crate::sandbox::policy::Mode::ReadOnly,
             writable_roots: Vec::new(),
@@ -199,6 +201,7 @@ impl Executor {
             exclude_tmpdir_env_var: true,
             exclude_slash_tmp: true,
             env: Default::default(),
+            profile: String::new(),
             // The uid whose sessions the probe stands for: any, as root; else the only one.
             owner_uid: nix::unistd::geteuid().as_raw(),
             // As root, probe as an unprivileged user, so a host that cannot switch identities
@@ -211,18 +214,6 @@ impl Executor {
                     groups: Vec::new(),
                 }),
             rule: None,
-            closed: Default::default(),
-            escalated_policy: Default::default(),
-            profile: String::new(),
-            policy: None,
-            live_policy: Default::default(),
-            refreshing: Default::default(),
-            tools: Default::default(),
-            background_terminal_max_timeout_ms: 0,
-            project_doc_max_bytes: 0,
-            processes: Default::default(),
-            held_policies: Default::default(),
-            approvals: Default::default(),
         };
         let policy = self
             .policy_for(&session)
