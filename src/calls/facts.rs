@@ -83,7 +83,7 @@ pub fn escalation_refused_text(call: &Call, policy_name: &str) -> String {
 /// Whether a model call applies a patch in the worker's own process (apply_patch, or a patch
 /// typed into a shell tool), which needs the protection guard as a command does.
 pub fn applies_a_patch(r: &api::InvokeRequest) -> bool {
-    r.name == "apply_patch" || super::intercepts_apply_patch(&r.name, &r.arguments)
+    super::model::takes_a_patch(&r.name) || super::intercepts_apply_patch(&r.name, &r.arguments)
 }
 
 /// Whether a call can write: those re-check protection first (per call; H1). Read-only tools

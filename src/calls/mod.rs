@@ -9,5 +9,6 @@ mod tool_call;
 
 pub use definitions::{ApplyPatchTool, ShellTool, ToolFormat, ToolSet, list_tools, tool_names};
 pub use model::{
-    ContentItem, InvokeOutcome, intercepts_apply_patch, invoke, is_shell_tool, tool_effects,
+    ContentItem, InvokeOutcome, intercepts_apply_patch, invoke, is_shell_tool, takes_a_patch,
+    tool_effects,
 };

@@ -92,6 +92,11 @@ pub struct ToolEffects {
     pub destructive: bool,
 }
 
+/// Whether the tool `name` takes Codex's patch grammar (as JSON `input` or freeform).
+pub fn takes_a_patch(name: &str) -> bool {
+    name == "apply_patch"
+}
+
 /// The effects of the tool `name`; `None` for a name no session offers.
 pub fn tool_effects(name: &str) -> Option<ToolEffects> {
     let (read_only, destructive) = match name {

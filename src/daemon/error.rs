@@ -130,6 +130,14 @@ impl CallError {
         }
     }
 
+    /// The sandbox layer a worker could not set up, when that is what failed.
+    pub fn failed_layer(&self) -> Option<&str> {
+        match self {
+            CallError::Tool(f) => f.setup.as_ref().map(|s| s.layer.as_str()),
+            _ => None,
+        }
+    }
+
     /// INVALID_ARGUMENT about request field `field`.
     pub fn invalid_field(field: &str, message: &str) -> CallError {
         CallError::InvalidField {

@@ -254,7 +254,7 @@ fn argument_text(arguments: &str) -> Result<String, String> {
 /// What to tell a person whose apply_patch failed because of the input's format: Codex's
 /// patch grammar is not a unified diff, and its freeform form is not JSON.
 fn patch_hint(name: &str, arguments: &str, freeform: bool) -> Option<&'static str> {
-    if name != "apply_patch" {
+    if !crate::calls::takes_a_patch(name) {
         return None;
     }
     let text = if freeform {

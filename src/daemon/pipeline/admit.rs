@@ -43,7 +43,7 @@ pub struct CorralService {
     /// The operator policy; replaced on SIGHUP.
     pub policy: Arc<std::sync::RwLock<PolicyConfig>>,
     /// What the start-up probe learned: each layer's status, or why the sandbox is unavailable.
-    pub host_layers: Arc<Result<Vec<api::Layer>, String>>,
+    pub host_layers: Arc<Result<Vec<api::Layer>, CallError>>,
     /// How long a ShellStream client may stop reading before its call is cancelled.
     pub stream_stall_timeout: Duration,
 }

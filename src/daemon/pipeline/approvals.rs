@@ -14,6 +14,7 @@ use crate::api;
 pub use crate::calls::facts::Command;
 use crate::daemon::caller::identity::Caller;
 use crate::daemon::error::CallError;
+use crate::daemon::session::sessions::FieldError;
 use crate::daemon::session::sessions::Session;
 use crate::sync::LockExt;
 use crate::wire::worker_request::Call;
@@ -139,9 +140,7 @@ impl Decision {
 }
 
 /// The session options: the policy and how long a question waits.
-pub fn settings(
-    req: &api::OpenSessionRequest,
-) -> Result<(Policy, Duration), (&'static str, String)> {
+pub fn settings(req: &api::OpenSessionRequest) -> Result<(Policy, Duration), FieldError> {
     let policy = match api::ApprovalPolicy::try_from(req.approval_policy) {
         Ok(api::ApprovalPolicy::Unspecified) => Policy::Unset,
         Ok(api::ApprovalPolicy::Untrusted) => Policy::Untrusted,
@@ -149,7 +148,7 @@ pub fn settings(
         Ok(api::ApprovalPolicy::OnRequest) => Policy::OnRequest,
         Ok(api::ApprovalPolicy::Never) => Policy::Never,
         Err(_) => {
-            return Err((
+            return Err(FieldError::new(
                 "approval_policy",
                 format!(
                     "approval_policy {} is not a known ApprovalPolicy (UNTRUSTED, ON_FAILURE, \
@@ -163,7 +162,7 @@ pub fn settings(
         None => DEFAULT_TIMEOUT,
         Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => Duration::from_millis(ms),
         Some(ms) => {
-            return Err((
+            return Err(FieldError::new(
                 "approval_timeout_ms",
                 format!(
                     "approval_timeout_ms is {ms}; give 1 to {MAX_TIMEOUT_MS} (one hour), or leave \
@@ -635,13 +634,13 @@ mod tests {
         );
         assert_eq!(settings(&session_opts(4, None)).unwrap().0, Policy::Never);
         assert_eq!(
-            settings(&session_opts(9, None)).unwrap_err().0,
+            settings(&session_opts(9, None)).unwrap_err().field,
             "approval_policy"
         );
         for bad in [0, MAX_TIMEOUT_MS + 1] {
             let e = settings(&session_opts(2, Some(bad))).unwrap_err();
-            assert_eq!(e.0, "approval_timeout_ms");
-            assert!(e.1.contains("3600000"), "{}", e.1);
+            assert_eq!(e.field, "approval_timeout_ms");
+            assert!(e.message.contains("3600000"), "{}", e.message);
         }
     }
 

@@ -14,8 +14,7 @@ impl CorralService {
         req: api::OpenSessionRequest,
     ) -> Result<api::OpenSessionResponse, CallError> {
         crate::daemon::caller::peer::refuse_if_in_a_corral_sandbox(caller)?;
-        let mut opening =
-            sessions::validate(&req).map_err(|e| CallError::invalid_field(&e.field, &e.message))?;
+        let mut opening = sessions::validate(&req)?;
         let id = sessions::new_session_id()
             .map_err(|e| CallError::Internal(format!("cannot draw a random session id: {e}")))?;
         let mode_given = req.mode != api::SandboxMode::Unspecified as i32;

@@ -90,7 +90,7 @@ impl Bridge for CorralService {
             req.project_doc_max_bytes,
             session_budget,
         )
-        .map_err(|(field, message)| invalid_field(field, &message))?;
+        .map_err(CallError::from)?;
         // The date and zone are the host's (the daemon's), like Codex's local clock; the docs
         // are read by the session's worker, as the caller.
         let (current_date, timezone) = crate::tools::prompt_context::host_time_context();

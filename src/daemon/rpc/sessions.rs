@@ -97,14 +97,9 @@ impl Sessions for CorralService {
             layers: match self.host_layers.as_ref() {
                 Ok(layers) => layers.clone(),
                 Err(e) => vec![api::Layer {
-                    // The layer the §6 message names, when it has that shape.
-                    name: e
-                        .strip_prefix("sandbox unavailable: ")
-                        .and_then(|rest| rest.split_once(" could not be applied"))
-                        .map_or("sandbox", |(layer, _)| layer)
-                        .into(),
+                    name: e.failed_layer().unwrap_or("sandbox").into(),
                     status: api::LayerStatus::Unavailable as i32,
-                    detail: e.clone(),
+                    detail: e.message(),
                 }],
             },
             landlock_abi: crate::sandbox::landlock::kernel_abi().unwrap_or(0),

@@ -4,13 +4,14 @@
 //! aligned text on stderr, or one JSON object per line with `log_format = "json"`.
 
 use crate::api::{Layer, LayerStatus};
+use crate::daemon::error::CallError;
 use crate::daemon::serve::config::{Config, ListenAddr, LogFormat};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 /// Prints the block for a daemon now serving on `bound` (the real address: a TCP port of 0 is
 /// resolved). `probe` is the host's sandbox report.
-pub fn announce(config: &Config, bound: &ListenAddr, probe: &Result<Vec<Layer>, String>) {
+pub fn announce(config: &Config, bound: &ListenAddr, probe: &Result<Vec<Layer>, CallError>) {
     let uid = nix::unistd::geteuid().as_raw();
     let mut notes = notes(probe, uid);
     notes.extend(config.warnings());
@@ -74,7 +75,7 @@ pub fn announce(config: &Config, bound: &ListenAddr, probe: &Result<Vec<Layer>, 
 /// What a human starting the daemon must know beyond the summary: whether sandboxed sessions
 /// work here (and if not, the fix), which layers run degraded, and, for a daemon that is not
 /// root, whom it serves and how it sandboxes.
-pub fn notes(probe: &Result<Vec<Layer>, String>, uid: u32) -> Vec<String> {
+pub fn notes(probe: &Result<Vec<Layer>, CallError>, uid: u32) -> Vec<String> {
     let layers = match probe {
         Err(e) => {
             return vec![format!(
@@ -106,7 +107,7 @@ pub fn notes(probe: &Result<Vec<Layer>, String>, uid: u32) -> Vec<String> {
 }
 
 /// The layers in one line: "all 7 enforced (...)" or each layer with its status.
-fn layers(probe: &Result<Vec<Layer>, String>) -> String {
+fn layers(probe: &Result<Vec<Layer>, CallError>) -> String {
     let layers = match probe {
         Err(_) => return "unavailable: sandboxed calls fail closed (see below)".into(),
         Ok(layers) => layers,
@@ -288,7 +289,9 @@ mod tests {
             "{user:?}"
         );
         let failed = notes(
-            &Err("sandbox unavailable: namespaces could not be applied: x. Fix it.".into()),
+            &Err(CallError::Unmet(
+                "sandbox unavailable: namespaces could not be applied: x. Fix it.".into(),
+            )),
             1000,
         );
         assert_eq!(failed.len(), 1);
@@ -325,7 +328,7 @@ mod tests {
             layers(&some),
             "namespaces DEGRADED, identity not applicable, landlock enforced"
         );
-        assert!(layers(&Err("x".into())).starts_with("unavailable"));
+        assert!(layers(&Err(CallError::Unmet("x".into()))).starts_with("unavailable"));
     }
 
     #[test]

@@ -136,23 +136,37 @@ pub struct FieldError {
     pub message: String,
 }
 
+impl FieldError {
+    pub fn new(field: &str, message: String) -> FieldError {
+        FieldError {
+            field: field.to_string(),
+            message,
+        }
+    }
+}
+
+impl From<FieldError> for crate::daemon::error::CallError {
+    fn from(e: FieldError) -> Self {
+        crate::daemon::error::CallError::InvalidField {
+            field: e.field,
+            message: e.message,
+        }
+    }
+}
+
 /// The largest `background_terminal_max_timeout_ms` a session may ask for: one hour.
 const MAX_BACKGROUND_TERMINAL_TIMEOUT_MS: u64 = 3_600_000;
 
 /// Checks an OpenSession request: what it asks for, before the profile, the caller and the
 /// policy are known.
 pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
-    let err = |field: &str, message: String| FieldError {
-        field: field.to_string(),
-        message,
-    };
     let mode = match api::SandboxMode::try_from(req.mode) {
         Ok(api::SandboxMode::ReadOnly) => Mode::ReadOnly,
         Ok(api::SandboxMode::WorkspaceWrite) => Mode::WorkspaceWrite,
         Ok(api::SandboxMode::DangerFullAccess) => Mode::DangerFullAccess,
         Ok(api::SandboxMode::Unspecified) if !req.profile.is_empty() => Mode::ReadOnly,
         Ok(api::SandboxMode::Unspecified) => {
-            return Err(err(
+            return Err(FieldError::new(
                 "mode",
                 "mode is required: SANDBOX_MODE_READ_ONLY, SANDBOX_MODE_WORKSPACE_WRITE or \
                  SANDBOX_MODE_DANGER_FULL_ACCESS"
@@ -160,21 +174,21 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
             ));
         }
         Err(_) => {
-            return Err(err(
+            return Err(FieldError::new(
                 "mode",
                 format!("mode {} is not a known SandboxMode", req.mode),
             ));
         }
     };
     if req.cwd.is_empty() {
-        return Err(err(
+        return Err(FieldError::new(
             "cwd",
             "cwd is required: an absolute path of an existing directory".into(),
         ));
     }
     let cwd = PathBuf::from(&req.cwd);
     if !cwd.is_absolute() {
-        return Err(err(
+        return Err(FieldError::new(
             "cwd",
             format!("cwd must be an absolute path, got `{}`", req.cwd),
         ));
@@ -184,16 +198,16 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
     let mut writable_roots = Vec::with_capacity(req.writable_roots.len());
     for (i, root) in req.writable_roots.iter().enumerate() {
         if !Path::new(root).is_absolute() {
-            return Err(err(
+            return Err(FieldError::new(
                 &format!("writable_roots[{i}]"),
                 format!("writable_roots[{i}] must be an absolute path, got `{root}`"),
             ));
         }
         writable_roots.push(PathBuf::from(root));
     }
-    let tools = tool_set(req).map_err(|(field, message)| err(field, message))?;
+    let tools = tool_set(req)?;
     if req.background_terminal_max_timeout_ms > MAX_BACKGROUND_TERMINAL_TIMEOUT_MS {
-        return Err(err(
+        return Err(FieldError::new(
             "background_terminal_max_timeout_ms",
             format!(
                 "background_terminal_max_timeout_ms is {}; at most {MAX_BACKGROUND_TERMINAL_TIMEOUT_MS} \
@@ -206,10 +220,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
         "project_doc_max_bytes",
         req.project_doc_max_bytes,
         crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
-    )
-    .map_err(|(field, message)| err(field, message))?;
-    let (approval_policy, approval_timeout) = crate::daemon::pipeline::approvals::settings(req)
-        .map_err(|(field, message)| err(field, message))?;
+    )?;
+    let (approval_policy, approval_timeout) = crate::daemon::pipeline::approvals::settings(req)?;
     Ok(Opening {
         sandbox: SandboxRequest {
             cwd,
@@ -244,12 +256,12 @@ pub fn project_doc_budget(
     field: &'static str,
     asked: Option<u64>,
     default: u64,
-) -> Result<u64, (&'static str, String)> {
+) -> Result<u64, FieldError> {
     use crate::tools::prompt_context::MAX_PROJECT_DOC_MAX_BYTES;
     match asked {
         None => Ok(default),
         Some(n) if n <= MAX_PROJECT_DOC_MAX_BYTES => Ok(n),
-        Some(n) => Err((
+        Some(n) => Err(FieldError::new(
             field,
             format!(
                 "{field} is {n}; at most {MAX_PROJECT_DOC_MAX_BYTES} (1 MiB), 0 for no project \
@@ -272,11 +284,9 @@ pub fn shell_tool(value: i32) -> Result<crate::calls::ShellTool, String> {
 }
 
 /// The session's tool set from OpenSession's options; unspecified options take Codex's defaults.
-fn tool_set(
-    req: &api::OpenSessionRequest,
-) -> Result<crate::calls::ToolSet, (&'static str, String)> {
+fn tool_set(req: &api::OpenSessionRequest) -> Result<crate::calls::ToolSet, FieldError> {
     use crate::calls::{ApplyPatchTool, ToolSet};
-    let shell = shell_tool(req.shell_tool).map_err(|e| ("shell_tool", e))?;
+    let shell = shell_tool(req.shell_tool).map_err(|e| FieldError::new("shell_tool", e))?;
     let apply_patch = match api::ApplyPatchTool::try_from(req.apply_patch_tool) {
         Ok(api::ApplyPatchTool::Unspecified | api::ApplyPatchTool::Freeform) => {
             ApplyPatchTool::Freeform
@@ -284,7 +294,7 @@ fn tool_set(
         Ok(api::ApplyPatchTool::Function) => ApplyPatchTool::Function,
         Ok(api::ApplyPatchTool::None) => ApplyPatchTool::None,
         Err(_) => {
-            return Err((
+            return Err(FieldError::new(
                 "apply_patch_tool",
                 format!(
                     "apply_patch_tool {} is not a known ApplyPatchTool",

@@ -13,9 +13,8 @@
 //! - `reply`: the bounds and shapes of what the worker sends back.
 
 mod call_state;
-mod reader;
+mod calls;
 mod reply;
-mod run;
 mod spare;
 mod state;
 mod watchdog;
@@ -27,7 +26,7 @@ use crate::wire::{FailureKind, Ready, ToolFailure, WorkerReply, worker_reply};
 use crate::worker::commands::SandboxedRunner;
 use crate::worker::confine;
 use call_state::Calls;
-use reader::read_loop;
+use calls::read_loop;
 use reply::{layer_to_api, send_failure};
 use spare::rename_spare;
 use state::{WorkerState, patch_rules};

@@ -3,7 +3,7 @@
 //! the watchdog starts another thread to take over reading. It sleeps while no call runs there.
 
 use super::Serving;
-use super::reader::read_loop;
+use super::calls::read_loop;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -192,7 +192,7 @@ impl Executor {
     }
 
     /// Builds a throw-away read-only worker to learn which layers this host enforces.
-    pub async fn probe(&self) -> Result<Vec<crate::api::Layer>, String> {
+    pub async fn probe(&self) -> Result<Vec<crate::api::Layer>, CallError> {
         let session = SandboxRequest {
             cwd: PathBuf::from("/"),
             mode: crate::sandbox::policy::Mode::ReadOnly,
@@ -215,10 +215,7 @@ impl Executor {
                 }),
             rule: None,
         };
-        let policy = self
-            .policy_for(&session)
-            .await
-            .map_err(|s| s.message().to_string())?;
+        let policy = self.policy_for(&session).await?;
         let worker = crate::daemon::workers::pool::Worker::spawn(
             &crate::wire::spec::WorkerSpec {
                 policy,
@@ -228,8 +225,7 @@ impl Executor {
             },
             None,
         )
-        .await
-        .map_err(|s| s.message().to_string())?;
+        .await?;
         let mut layers = worker.layers.clone();
         // The memory limit's fallback is the daemon's knowledge, not the worker's: say it with
         // the limits the worker reported (spec/sandbox.md §8.6 H11).

@@ -1,18 +1,23 @@
-//! The reader role: one thread at a time reads the daemon's frames off the socket, hands
-//! cancels, credits and upload pieces to their calls, and starts each call: on the reader
-//! thread itself for the quick file reads (`runs_inline`), else on a call thread. When the
-//! socket closes it cancels what still runs and ends the worker.
+//! A call's way through the worker. The reader role: one thread at a time reads the daemon's
+//! frames off the socket, hands cancels, credits and upload pieces to their calls, and starts
+//! each call: on the reader thread itself for the quick file reads (`runs_inline`), else on a
+//! call thread; when the socket closes it cancels what still runs and ends the worker. Then
+//! running one call: its tool context, its partial replies (a streamed delta waits for
+//! window), the dispatch to the tool (a panic still answers the call), and the final reply
+//! with what the worker reports beside it.
 
 use super::Serving;
-use super::call_state::{CallState, cancel_all_and_wait};
-use super::run::{Job, run};
+use super::call_state::{CallState, cancel_all_and_wait, delta_bytes};
+use super::reply::bounded;
 use crate::sync::LockExt;
 use crate::wire::frame;
 use crate::wire::{
-    FailureKind, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request,
+    CallContext, FailureKind, ToolFailure, WorkerReply, WorkerRequest, worker_reply, worker_request,
 };
+use crate::worker::dispatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// Calls the reader thread answers itself: they only read the file system, start nothing and
 /// never wait for the daemon. Handing each to a call thread and back cost two thread wake-ups per
@@ -126,4 +131,76 @@ pub(super) fn read_loop(serving: &Arc<Serving>) {
             let _ = serving.writer().send(&reply);
         }
     }
+}
+
+/// A call taken off the socket.
+pub(super) struct Job {
+    pub(super) id: u64,
+    pub(super) context: Option<CallContext>,
+    pub(super) call: worker_request::Call,
+    pub(super) stream: bool,
+    pub(super) call_state: Arc<CallState>,
+}
+
+/// Runs one call and sends its final reply (on the reader thread or a call thread).
+pub(super) fn run(serving: &Serving, job: Job) {
+    let Job {
+        id,
+        context,
+        call,
+        stream,
+        call_state,
+    } = job;
+    let state = &serving.state;
+    let mut ctx = state.context(context.as_ref(), call_state.cancel.clone());
+    // The call's own view of the runner, to report a sandbox denial with the reply.
+    let witness = Arc::new(crate::worker::commands::DenialWitness::new(
+        state.runner.clone(),
+    ));
+    ctx.runner = witness.clone();
+    let mut emit = |partial: worker_reply::Result, deadline: Option<Instant>| {
+        let bytes = delta_bytes(&partial);
+        if bytes > 0 && !call_state.take_window(bytes, deadline) {
+            return;
+        }
+        let frame = WorkerReply {
+            id,
+            last: false,
+            result: Some(partial),
+            ..Default::default()
+        };
+        let _ = serving.writer().send(&frame);
+    };
+    // A panic in a tool must still answer the call (else the daemon waits for it until its
+    // deadline, or for ever): INTERNAL, and the worker serves on.
+    let inbox = call_state.clone();
+    let mut pieces = |wait: bool| inbox.next_piece(wait);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dispatch::execute(&ctx, &state.runner, call, stream, &mut emit, &mut pieces)
+    }))
+    .unwrap_or_else(|_| {
+        worker_reply::Result::Failure(ToolFailure::of(
+            FailureKind::Internal,
+            "the sandbox worker failed while running the call (a bug in corral; the worker log \
+             has the panic); nothing else is affected"
+                .into(),
+        ))
+    });
+    let result = bounded(result);
+    let (kept_processes, ended_processes) = crate::tools::unified_exec::changes_of(&ctx.session_id);
+    let reply = WorkerReply {
+        id,
+        last: true,
+        result: Some(result),
+        kept_processes,
+        ended_processes,
+        sandbox_denied: witness.denied(),
+        guard_stopped: state
+            .runner
+            .stopped()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    let _ = serving.writer().send(&reply);
+    serving.calls.locked().remove(&id);
 }
