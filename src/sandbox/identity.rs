@@ -137,23 +137,12 @@ fn fail(cause: String, fix: &str) -> LayerError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::{Mode, ResourceLimits};
+    use crate::sandbox::policy::Mode;
 
     fn policy(identity: Option<Identity>) -> SandboxPolicy {
         SandboxPolicy {
-            mode: Mode::ReadOnly,
-            cwd: "/".into(),
-            writable_roots: Vec::new(),
-            protected_paths: Vec::new(),
-            protected_missing: Vec::new(),
-            network: false,
-            masked_paths: Vec::new(),
             identity,
-            limits: ResourceLimits::default(),
-            skipped_roots: Vec::new(),
-            root_ids: Vec::new(),
-            protected_names: Vec::new(),
-            sandbox_generation: 0,
+            ..SandboxPolicy::bare(Mode::ReadOnly, "/")
         }
     }
 

@@ -432,7 +432,7 @@ pub fn apply(policy: &SandboxPolicy, cover: Cover) -> Result<LayerReport, LayerE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::{Mode, ResourceLimits};
+    use crate::sandbox::policy::Mode;
     use crate::sandbox::report::LayerStatus;
     use crate::sandbox::testutil::{
         TempDir, assert_child_ok, cstr, expect_errno, expect_success, sh_denied, sh_ok,
@@ -442,26 +442,18 @@ mod tests {
     use std::os::unix::net::UnixListener;
 
     fn policy(roots: &[&Path], network: bool) -> SandboxPolicy {
+        let mode = if roots.is_empty() {
+            Mode::ReadOnly
+        } else {
+            Mode::WorkspaceWrite
+        };
         SandboxPolicy {
-            mode: if roots.is_empty() {
-                Mode::ReadOnly
-            } else {
-                Mode::WorkspaceWrite
-            },
             cwd: roots
                 .first()
                 .map_or_else(|| PathBuf::from("/"), |p| p.to_path_buf()),
             writable_roots: roots.iter().map(|p| p.to_path_buf()).collect(),
-            protected_paths: vec![],
-            protected_missing: vec![],
             network,
-            masked_paths: vec![],
-            skipped_roots: vec![],
-            root_ids: vec![],
-            protected_names: vec![],
-            sandbox_generation: 0,
-            identity: None,
-            limits: ResourceLimits::default(),
+            ..SandboxPolicy::bare(mode, "/")
         }
     }
 

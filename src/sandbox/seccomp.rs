@@ -543,7 +543,7 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::policy::{Mode, ResourceLimits};
+    use crate::sandbox::policy::Mode;
     use crate::sandbox::testutil::{
         TempDir, assert_child_ok, expect_errno, expect_success, in_child, sh_denied, sh_ok,
     };
@@ -551,23 +551,11 @@ mod tests {
     use nix::sys::wait::WaitStatus;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
-    use std::path::PathBuf;
 
     fn policy(network: bool) -> SandboxPolicy {
         SandboxPolicy {
-            mode: Mode::ReadOnly,
-            cwd: PathBuf::from("/"),
-            writable_roots: vec![],
-            protected_paths: vec![],
-            protected_missing: vec![],
             network,
-            masked_paths: vec![],
-            skipped_roots: vec![],
-            root_ids: vec![],
-            protected_names: vec![],
-            sandbox_generation: 0,
-            identity: None,
-            limits: ResourceLimits::default(),
+            ..SandboxPolicy::bare(Mode::ReadOnly, "/")
         }
     }
 

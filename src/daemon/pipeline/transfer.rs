@@ -83,16 +83,7 @@ impl CorralService {
         let session_id = start.session_id.clone();
         let follow_up = files_call(Op::RemoveUploadStagings(start.clone()));
         let call = files_call(Op::Upload(start));
-        let mut trace = self.trace(caller, &session_id, &call);
-        let admitted = match self.admit(&mut trace, &call, false, Refusal::Error, None) {
-            Ok(a) => a,
-            Err(refused) => {
-                return Err(match self.refuse(trace, refused) {
-                    Ok(reply) => CallError::unexpected_reply(reply),
-                    Err(s) => s,
-                });
-            }
-        };
+        let (mut trace, admitted) = self.admit_transfer(caller, &session_id, &call)?;
         let result = self
             .feed_upload(&admitted, call, &mut incoming, &mut trace)
             .await;
@@ -109,6 +100,23 @@ impl CorralService {
         drop(admitted);
         self.finish(trace, &outcome);
         result
+    }
+
+    /// A transfer through admission; a refusal is finished (audited) and is the call's error.
+    fn admit_transfer(
+        &self,
+        caller: crate::daemon::caller::identity::Caller,
+        session_id: &str,
+        call: &Call,
+    ) -> Result<(Trace, Admitted), CallError> {
+        let mut trace = self.trace(caller, session_id, call);
+        match self.admit(&mut trace, call, false, Refusal::Error, None) {
+            Ok(admitted) => Ok((trace, admitted)),
+            Err(refused) => Err(match self.refuse(trace, refused) {
+                Ok(reply) => CallError::unexpected_reply(reply),
+                Err(e) => e,
+            }),
+        }
     }
 
     /// After an upload's worker died mid-way: what that upload had staged beside its destination
@@ -302,16 +310,7 @@ impl CorralService {
     ) -> Result<CallStream<api::DownloadResponse>, CallError> {
         let session_id = req.session_id.clone();
         let call = files_call(Op::Download(req));
-        let mut trace = self.trace(caller, &session_id, &call);
-        let admitted = match self.admit(&mut trace, &call, false, Refusal::Error, None) {
-            Ok(a) => a,
-            Err(refused) => {
-                return Err(match self.refuse(trace, refused) {
-                    Ok(reply) => CallError::unexpected_reply(reply),
-                    Err(s) => s,
-                });
-            }
-        };
+        let (trace, admitted) = self.admit_transfer(caller, &session_id, &call)?;
         let started = self
             .executor
             .start_streamed(&admitted.session, &call, false)

@@ -149,6 +149,10 @@ impl Executor {
         session: &Session,
     ) -> Result<(Arc<Worker>, SandboxPolicy), CallError> {
         if let Some(policy) = session.escalated_policy.get() {
+            // Replacing one that died is a start like any other (H23).
+            if self.pool.existing(policy).await.is_none() {
+                self.wait_for_start_turn(&session.sandbox).await?;
+            }
             return Ok((self.pool.get(policy).await?, policy.clone()));
         }
         let mut unconfined = session.sandbox.clone();
