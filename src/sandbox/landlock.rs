@@ -54,8 +54,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
-    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope,
 };
 use serde::{Deserialize, Serialize};
 
@@ -350,6 +350,13 @@ pub fn apply(policy: &SandboxPolicy, cover: Cover) -> Result<LayerReport, LayerE
         .map_err(|e| ruleset_error("adding scopes", e))?
         .create()
         .map_err(|e| ruleset_error("creating the ruleset", e))?;
+    if let Some(egress) = &policy.egress {
+        // Proxied: the one TCP connect allowed is to the egress proxy's port (on the sandbox's
+        // own loopback, the only interface its network namespace has).
+        created = created
+            .add_rule(NetPort::new(egress.port, AccessNet::ConnectTcp))
+            .map_err(|e| ruleset_error("allowing TCP connect to the egress proxy", e))?;
+    }
 
     let mut skipped: Vec<PathBuf> = Vec::new();
     let mut add = |created: landlock::RulesetCreated,
@@ -760,6 +767,40 @@ mod tests {
         });
         listener.set_nonblocking(false).unwrap();
         let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 2];
+        conn.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ok");
+    }
+
+    #[test]
+    fn proxied_tcp_connect_reaches_the_proxy_port_only() {
+        let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        other.set_nonblocking(true).unwrap();
+        let (proxy_addr, other_addr) = (proxy.local_addr().unwrap(), other.local_addr().unwrap());
+        let proxied = SandboxPolicy {
+            egress: Some(crate::sandbox::policy::Egress {
+                port: proxy_addr.port(),
+                session: "s".into(),
+            }),
+            ..policy(&[], false)
+        };
+        assert_child_ok(move || {
+            apply_in_child(&proxied)?;
+            match TcpStream::connect(other_addr) {
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {}
+                other => return Err(format!("TCP connect to another port: {other:?}")),
+            }
+            match TcpListener::bind("127.0.0.1:0") {
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) => {}
+                other => return Err(format!("TCP bind: {other:?}")),
+            }
+            let mut s = TcpStream::connect(proxy_addr)
+                .map_err(|e| format!("connect to the proxy's port: {e}"))?;
+            s.write_all(b"ok").map_err(|e| e.to_string())
+        });
+        assert!(other.accept().is_err(), "no connection may have arrived");
+        let (mut conn, _) = proxy.accept().unwrap();
         let mut buf = [0u8; 2];
         conn.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"ok");

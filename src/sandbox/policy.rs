@@ -124,6 +124,42 @@ pub struct SandboxPolicy {
     /// key; no layer reads it.
     #[serde(default)]
     pub sandbox_generation: u32,
+    /// A `proxy`-mode session's egress: the network stays off (`network` is false: a private
+    /// network namespace with loopback only) but for one TCP port on that loopback, where corral
+    /// places its egress proxy's listener. Part of the pool key: the session is in it, so every
+    /// proxied session has a worker (and a proxy with its rules) of its own.
+    #[serde(default)]
+    pub egress: Option<Egress>,
+}
+
+/// See [`SandboxPolicy::egress`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Egress {
+    /// The port of the proxy's listener on the sandbox's loopback: the one TCP connect allowed.
+    pub port: u16,
+    /// The session whose rules the proxy applies.
+    pub session: String,
+}
+
+/// How a sandbox reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// Not at all: a private network namespace with loopback only, no IP sockets.
+    Off,
+    /// Only through corral's egress proxy, on the sandbox's own loopback.
+    Proxy,
+    /// The host's network (as Codex's `network_access`).
+    On,
+}
+
+impl SandboxPolicy {
+    pub fn net(&self) -> Net {
+        match (self.network, &self.egress) {
+            (true, _) => Net::On,
+            (false, Some(_)) => Net::Proxy,
+            (false, None) => Net::Off,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -144,6 +180,7 @@ impl SandboxPolicy {
             sandbox_generation: 0,
             identity: None,
             limits: ResourceLimits::default(),
+            egress: None,
         }
     }
 }

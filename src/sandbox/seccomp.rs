@@ -32,7 +32,7 @@ use seccompiler::{
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::sandbox::error::LayerError;
-use crate::sandbox::policy::{Mode, SandboxPolicy};
+use crate::sandbox::policy::{Mode, Net, SandboxPolicy};
 use crate::sandbox::report::{Layer, LayerReport};
 
 const LAYER: &str = Layer::Seccomp.as_str();
@@ -44,7 +44,12 @@ const FIX_SECCOMP: &str = "Use a kernel with CONFIG_SECCOMP_FILTER=y (Linux 4.14
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applies {
     Always,
+    /// The network off entirely.
     NetworkOff,
+    /// The network off, or reached only through corral's egress proxy.
+    NoNetwork,
+    /// Only through the egress proxy.
+    Proxied,
     NetworkOn,
     /// Read-only mode, either network setting.
     ReadOnly,
@@ -57,6 +62,8 @@ pub enum When {
     Always,
     /// Argument `arg`, compared as 32 bits, differs from the value.
     Arg32Ne(u8, u64),
+    /// Argument `arg`, compared as 32 bits, is none of the values.
+    Arg32NotIn(u8, &'static [u64]),
     /// Argument `arg`, compared as 32 bits, equals the value.
     Arg32Eq(u8, u64),
     /// Argument `arg`, compared as 64 bits (a pointer), differs from the value.
@@ -89,11 +96,13 @@ impl SyscallRule {
     }
 
     /// Whether the entry is part of the filter for this mode and network setting.
-    pub fn active(&self, read_only: bool, network: bool) -> bool {
+    pub fn active(&self, read_only: bool, net: Net) -> bool {
         match self.applies {
             Applies::Always => true,
-            Applies::NetworkOff => !network,
-            Applies::NetworkOn => network,
+            Applies::NetworkOff => net == Net::Off,
+            Applies::NoNetwork => net != Net::On,
+            Applies::Proxied => net == Net::Proxy,
+            Applies::NetworkOn => net == Net::On,
             Applies::ReadOnly => read_only,
         }
     }
@@ -149,6 +158,10 @@ const NET_HOST_UNIX: &str = "network off: blocks reaching host UNIX sockets, whi
 const NET_ADDRESSED: &str =
     "network off: an unconnected datagram socket could address a host socket";
 const NET_MMSG: &str = "network off: as Codex's restricted mode";
+const PROXY_SOCKETS: &str = "network through the egress proxy: IP sockets only, which reach nothing \
+    but the sandbox's own loopback (where Landlock allows TCP connect to the proxy's port alone); \
+    no UNIX, netlink, packet or vsock sockets, since connect is allowed and a UNIX socket could \
+    name a host socket";
 const VSOCK: &str = "VSOCK reaches services on the hypervisor host and WSL2's Windows interop";
 const SETID: &str = "no set-user-ID/set-group-ID file may be made: the owner may set these bits \
     without CAP_FSETID, and a setuid copy of a shell in a writable root gives the session's uid \
@@ -203,6 +216,8 @@ const TIOCLINUX: u64 = 0x541C;
 
 const AF_UNIX: u64 = libc::AF_UNIX as u64;
 const AF_VSOCK: u64 = libc::AF_VSOCK as u64;
+const AF_INET: u64 = libc::AF_INET as u64;
+const AF_INET6: u64 = libc::AF_INET6 as u64;
 
 /// The whole filter policy (spec/sandbox.md §3.7): syscall, when it applies, condition on its
 /// arguments, errno, and what the entry protects.
@@ -300,15 +315,18 @@ pub const RULES: &[SyscallRule] = &[
     rule!(SYS_fanotify_init,      Always,     When::Always,                        EPERM,  FANOTIFY),
     // Network off: only AF_UNIX sockets, and no reaching out with them.
     rule!(SYS_socket,             NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
-    rule!(SYS_socketpair,         NetworkOff, When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
     rule!(SYS_connect,            NetworkOff, When::Always,                        EPERM,  NET_HOST_UNIX),
-    rule!(SYS_bind,               NetworkOff, When::Always,                        EPERM,  NET_HOST_UNIX),
-    rule!(SYS_listen,             NetworkOff, When::Always,                        EPERM,  NET_HOST_UNIX),
-    rule!(SYS_accept,             NetworkOff, When::Always,                        EPERM,  NET_HOST_UNIX),
-    rule!(SYS_accept4,            NetworkOff, When::Always,                        EPERM,  NET_HOST_UNIX),
-    rule!(SYS_sendto,             NetworkOff, When::Arg64Ne(4, 0),                 EPERM,  NET_ADDRESSED),
-    rule!(SYS_sendmmsg,           NetworkOff, When::Always,                        EPERM,  NET_MMSG),
-    rule!(SYS_recvmmsg,           NetworkOff, When::Always,                        EPERM,  NET_MMSG),
+    // Network off or proxied: no servers, no addressed datagrams.
+    rule!(SYS_socketpair,         NoNetwork,  When::Arg32Ne(0, AF_UNIX),           EPERM,  NET_SOCKETS),
+    rule!(SYS_bind,               NoNetwork,  When::Always,                        EPERM,  NET_HOST_UNIX),
+    rule!(SYS_listen,             NoNetwork,  When::Always,                        EPERM,  NET_HOST_UNIX),
+    rule!(SYS_accept,             NoNetwork,  When::Always,                        EPERM,  NET_HOST_UNIX),
+    rule!(SYS_accept4,            NoNetwork,  When::Always,                        EPERM,  NET_HOST_UNIX),
+    rule!(SYS_sendto,             NoNetwork,  When::Arg64Ne(4, 0),                 EPERM,  NET_ADDRESSED),
+    rule!(SYS_sendmmsg,           NoNetwork,  When::Always,                        EPERM,  NET_MMSG),
+    rule!(SYS_recvmmsg,           NoNetwork,  When::Always,                        EPERM,  NET_MMSG),
+    // Proxied: IP sockets only (connect is allowed; Landlock and the namespace bound it).
+    rule!(SYS_socket,             Proxied,    When::Arg32NotIn(0, &[AF_INET, AF_INET6]), EPERM, PROXY_SOCKETS),
     // Network on: still no VSOCK.
     rule!(SYS_socket,             NetworkOn,  When::Arg32Eq(0, AF_VSOCK),          EPERM,  VSOCK),
     rule!(SYS_socketpair,         NetworkOn,  When::Arg32Eq(0, AF_VSOCK),          EPERM,  VSOCK),
@@ -421,6 +439,12 @@ fn to_seccompiler(when: When) -> Result<Vec<SeccompRule>, LayerError> {
             SeccompCmpOp::Ne,
             v,
         )?])?],
+        When::Arg32NotIn(arg, values) => vec![seccomp_rule(
+            values
+                .iter()
+                .map(|&v| condition(arg, Dword, SeccompCmpOp::Ne, v))
+                .collect::<Result<_, _>>()?,
+        )?],
         When::Arg32Eq(arg, v) => vec![seccomp_rule(vec![condition(
             arg,
             Dword,
@@ -484,17 +508,17 @@ pub fn compile(rules: &[SyscallRule]) -> Result<Vec<BpfProgram>, LayerError> {
 }
 
 /// The entries in force for a mode (read-only or not) and network setting.
-pub fn active_rules(read_only: bool, network: bool) -> Vec<SyscallRule> {
+pub fn active_rules(read_only: bool, net: Net) -> Vec<SyscallRule> {
     RULES
         .iter()
         .copied()
-        .filter(|r| r.active(read_only, network))
+        .filter(|r| r.active(read_only, net))
         .collect()
 }
 
-/// Every program for the mode and `network`: the table's programs, then the architecture guard.
-pub fn build(read_only: bool, network: bool) -> Result<Vec<BpfProgram>, LayerError> {
-    let mut programs = compile(&active_rules(read_only, network))?;
+/// Every program for the mode and `net`: the table's programs, then the architecture guard.
+pub fn build(read_only: bool, net: Net) -> Result<Vec<BpfProgram>, LayerError> {
+    let mut programs = compile(&active_rules(read_only, net))?;
     programs.push(arch_guard_program());
     Ok(programs)
 }
@@ -522,9 +546,9 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
         ));
     }
     let read_only = policy.mode == Mode::ReadOnly;
-    let programs = build(read_only, policy.network)?;
+    let programs = build(read_only, policy.net())?;
     install(&programs)?;
-    let rules = active_rules(read_only, policy.network);
+    let rules = active_rules(read_only, policy.net());
     let names: BTreeSet<&str> = rules.iter().map(SyscallRule::name).collect();
     Ok(LayerReport::enforced(
         Layer::Seccomp,
@@ -534,7 +558,11 @@ pub fn apply(policy: &SandboxPolicy) -> Result<LayerReport, LayerError> {
             programs.len(),
             rules.len(),
             policy.mode.as_str(),
-            if policy.network { "on" } else { "off" },
+            match policy.net() {
+                Net::On => "on",
+                Net::Proxy => "through the egress proxy",
+                Net::Off => "off",
+            },
             names.into_iter().collect::<Vec<_>>().join(", ")
         ),
     ))
@@ -606,7 +634,7 @@ mod tests {
         }
         // Both network settings compile, with the guard last.
         for read_only in [false, true] {
-            for net in [false, true] {
+            for net in [Net::Off, Net::Proxy, Net::On] {
                 let p = build(read_only, net).unwrap();
                 assert_eq!(p.len(), 3, "EPERM program, ENOSYS program, guard");
                 assert_eq!(p.last(), Some(&arch_guard_program()));
@@ -761,6 +789,64 @@ mod tests {
         assert!(
             listener.accept().is_err(),
             "the host listener must have accepted nothing"
+        );
+    }
+
+    #[test]
+    fn proxied_allows_ip_sockets_and_connect_but_no_unix_sockets_or_servers() {
+        // The seccomp layer alone: in a sandbox the namespace holds only loopback and Landlock
+        // allows TCP connect to the proxy's port alone (landlock.rs tests that part).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let unix_dir = TempDir::new("proxied-unix");
+        let unix_path = unix_dir.path().join("host.sock");
+        let _host_socket = UnixListener::bind(&unix_path).unwrap();
+        assert_child_ok(move || {
+            let proxied = SandboxPolicy {
+                egress: Some(crate::sandbox::policy::Egress {
+                    port: addr.port(),
+                    session: "s".into(),
+                }),
+                ..policy(false)
+            };
+            install(&build(true, proxied.net()).map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            std::net::TcpStream::connect(addr).map_err(|e| format!("connect to the proxy: {e}"))?;
+            expect_success(
+                "socket(AF_INET6)",
+                socket(libc::AF_INET6, libc::SOCK_STREAM, 0),
+            )?;
+            expect_errno(
+                "socket(AF_UNIX)",
+                socket(libc::AF_UNIX, libc::SOCK_STREAM, 0),
+                libc::EPERM,
+            )?;
+            expect_errno(
+                "socket(AF_NETLINK)",
+                socket(libc::AF_NETLINK, libc::SOCK_RAW, 0),
+                libc::EPERM,
+            )?;
+            expect_errno(
+                "socket(AF_VSOCK)",
+                socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0),
+                libc::EPERM,
+            )?;
+            match UnixStream::connect(&unix_path) {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+                other => return Err(format!("a host UNIX socket: {other:?}")),
+            }
+            match std::net::TcpListener::bind("127.0.0.1:0") {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+                other => return Err(format!("a server: {other:?}")),
+            }
+            sh_ok(
+                "python3 -c 'import socket;a,b=socket.socketpair();a.send(b\"x\");assert b.recv(1)'",
+            )?;
+            Ok(())
+        });
+        assert!(
+            listener.accept().is_ok(),
+            "the proxy's listener was reached"
         );
     }
 
@@ -1425,8 +1511,8 @@ mod tests {
             fd as i64
         };
         // The read-only entries are only in the read-only filter.
-        let ro: Vec<_> = active_rules(true, false);
-        let ww: Vec<_> = active_rules(false, false);
+        let ro: Vec<_> = active_rules(true, Net::Off);
+        let ww: Vec<_> = active_rules(false, Net::Off);
         assert!(ro.iter().any(|r| r.name() == "truncate"));
         assert!(!ww.iter().any(|r| r.applies == Applies::ReadOnly));
         for read_only in [true, false] {

@@ -80,6 +80,7 @@ fn become_caller(params: &SessionParams) -> Result<(), ResolveRefusal> {
         root_ids: Vec::new(),
         protected_names: Vec::new(),
         sandbox_generation: 0,
+        egress: None,
     };
     crate::sandbox::identity::apply_identity(&carrier).map_err(helper)?;
     if root {

@@ -160,6 +160,7 @@ pub fn build_policy(params: &SessionParams) -> Result<SandboxPolicy, PolicyError
         root_ids: Vec::new(),
         protected_names: params.protected_names.clone(),
         sandbox_generation: 0,
+        egress: None,
     };
 
     // RO and DFA have no writable roots, hence nothing to protect inside them.
