@@ -10,7 +10,6 @@
 mod calls;
 pub mod client;
 mod daemon;
-#[allow(dead_code)] // wired into the daemon next
 mod egress;
 mod sandbox;
 mod socket;

@@ -59,7 +59,11 @@ pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32
             s.session_id,
             mode_name(s.mode),
             format!("{}s", s.idle_seconds),
-            if s.network_access { "on" } else { "off" },
+            match api::NetworkMode::try_from(s.network_mode) {
+                Ok(api::NetworkMode::Proxy) => "proxy",
+                _ if s.network_access => "on",
+                _ => "off",
+            },
             // A path is the user's, but may hold anything: nothing reaches the terminal raw.
             super::approve::visible(&s.cwd)
         ));

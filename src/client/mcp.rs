@@ -42,9 +42,8 @@ pub struct McpArgs {
     /// Extra writable directories (workspace-write).
     #[arg(long = "writable-root", value_name = "DIR")]
     pub writable_roots: Vec<PathBuf>,
-    /// Turn the network on.
-    #[arg(long)]
-    pub network: bool,
+    #[command(flatten)]
+    pub network: super::cli::NetworkOpts,
     /// Environment for commands, NAME=VALUE (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -70,7 +69,7 @@ pub(super) async fn serve(channel: Channel, args: McpArgs) -> Result<i32, Failur
                 args.cwd.clone(),
                 args.mode,
                 &args.writable_roots,
-                args.network,
+                &args.network,
                 &args.env,
             )?;
             request.exclude_slash_tmp = args.exclude_slash_tmp;

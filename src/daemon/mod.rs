@@ -8,6 +8,7 @@
 //! what their rule allows.
 
 pub mod caller;
+pub mod egress;
 pub mod error;
 pub mod metrics;
 pub mod pipeline;

@@ -96,6 +96,29 @@ pub struct SessionOpts {
     pub exclude_tmpdir_env_var: bool,
 }
 
+/// How a new session's commands reach the network.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NetworkOpts {
+    /// `--network` (or `--network on`): the host's network; `--network proxy`: only the hosts
+    /// --allow-domain names, through corral's egress proxy; default: off.
+    #[arg(long, value_enum, value_name = "MODE", num_args = 0..=1, default_missing_value = "on")]
+    pub network: Option<NetworkArg>,
+    /// With --network proxy: a host commands may reach (`example.com`, `*.example.com`,
+    /// optionally `:PORT` or `:PORT,PORT`); repeatable.
+    #[arg(long = "allow-domain", value_name = "HOST")]
+    pub allow_domains: Vec<String>,
+    /// With --network proxy: a host refused even when an allow rule matches; repeatable.
+    #[arg(long = "deny-domain", value_name = "HOST")]
+    pub deny_domains: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    Off,
+    On,
+    Proxy,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ModeArg {
     ReadOnly,
@@ -158,9 +181,8 @@ pub enum ClientCommand {
         /// Extra writable directories (workspace-write).
         #[arg(long = "writable-root", value_name = "DIR")]
         writable_roots: Vec<PathBuf>,
-        /// Turn the network on.
-        #[arg(long)]
-        network: bool,
+        #[command(flatten)]
+        network: NetworkOpts,
         /// Environment for commands, NAME=VALUE (repeatable).
         #[arg(long = "env", value_name = "NAME=VALUE")]
         env: Vec<String>,
@@ -179,6 +201,18 @@ pub enum ClientCommand {
     CloseSession {
         /// The session's id (`corral sessions` lists yours).
         id: String,
+    },
+    /// Replace a `--network proxy` session's allow and deny rules (new connections follow).
+    SetNetworkRules {
+        /// The session's id.
+        id: String,
+        /// A host its commands may reach (`example.com`, `*.example.com`, optionally
+        /// `:PORT` or `:PORT,PORT`); repeatable. None: nothing is reachable.
+        #[arg(long = "allow-domain", value_name = "HOST")]
+        allow_domains: Vec<String>,
+        /// A host refused even when an allow rule matches; repeatable.
+        #[arg(long = "deny-domain", value_name = "HOST")]
+        deny_domains: Vec<String>,
     },
     /// Read a file with line numbers.
     ReadFile {

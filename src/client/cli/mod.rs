@@ -19,7 +19,10 @@ use crate::client::{
 };
 use serde_json::json;
 
-pub use args::{ClientCommand, Common, FormatArg, ModeArg, SessionOpts, ShellToolArg, TOKEN_ENV};
+pub use args::{
+    ClientCommand, Common, FormatArg, ModeArg, NetworkArg, NetworkOpts, SessionOpts, ShellToolArg,
+    TOKEN_ENV,
+};
 pub(super) use failure::{Failure, status_text};
 pub(super) use session::{close, open, open_session_request};
 
@@ -86,7 +89,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             exclude_slash_tmp,
             exclude_tmpdir_env_var,
         } => {
-            let mut request = open_session_request(cwd, mode, &writable_roots, network, &env)?;
+            let mut request = open_session_request(cwd, mode, &writable_roots, &network, &env)?;
             request.exclude_slash_tmp = exclude_slash_tmp;
             request.exclude_tmpdir_env_var = exclude_tmpdir_env_var;
             if let Some(p) = approval_policy {
@@ -105,6 +108,20 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             } else {
                 println!("{}", resp.session_id);
             }
+            Ok(0)
+        }
+        ClientCommand::SetNetworkRules {
+            id,
+            allow_domains,
+            deny_domains,
+        } => {
+            SessionsClient::new(channel)
+                .set_network_rules(api::SetNetworkRulesRequest {
+                    session_id: id,
+                    allow_domains,
+                    deny_domains,
+                })
+                .await?;
             Ok(0)
         }
         ClientCommand::CloseSession { id } => {

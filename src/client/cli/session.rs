@@ -2,7 +2,7 @@
 //! the command's flags and closed afterwards; and the OpenSession request of `open-session`'s
 //! (and `mcp`'s) flags.
 
-use super::{Failure, ModeArg, SessionOpts};
+use super::{Failure, ModeArg, NetworkArg, NetworkOpts, SessionOpts};
 use crate::api::{self, sessions_client::SessionsClient};
 use crate::client::connect::Connection;
 use std::path::PathBuf;
@@ -48,7 +48,7 @@ pub(in crate::client) fn open_session_request(
     cwd: Option<PathBuf>,
     mode: ModeArg,
     writable_roots: &[PathBuf],
-    network: bool,
+    network: &NetworkOpts,
     env: &[String],
 ) -> Result<api::OpenSessionRequest, String> {
     let cwd = absolute(cwd)?;
@@ -66,7 +66,14 @@ pub(in crate::client) fn open_session_request(
             .iter()
             .map(|p| absolute(Some(p.clone())).map(|p| p.to_string_lossy().into_owned()))
             .collect::<Result<_, _>>()?,
-        network_access: network,
+        network_mode: match network.network {
+            None => api::NetworkMode::Unspecified,
+            Some(NetworkArg::Off) => api::NetworkMode::Off,
+            Some(NetworkArg::On) => api::NetworkMode::On,
+            Some(NetworkArg::Proxy) => api::NetworkMode::Proxy,
+        } as i32,
+        allow_domains: network.allow_domains.clone(),
+        deny_domains: network.deny_domains.clone(),
         env: vars,
         ..Default::default()
     })

@@ -46,6 +46,8 @@ pub struct CorralService {
     pub host_layers: Arc<Result<Vec<api::Layer>, CallError>>,
     /// How long a ShellStream client may stop reading before its call is cancelled.
     pub stream_stall_timeout: Duration,
+    /// What every proxied session's egress proxy shares (the operator's `[egress]`).
+    pub egress: crate::daemon::egress::EgressSettings,
 }
 
 /// How a refused escalation is answered: the typed RPCs fail with PERMISSION_DENIED; a model's

@@ -74,6 +74,21 @@ pub struct Record<'a> {
     /// time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<&'a str>,
+    /// A connection through the session's egress proxy (tool `egress`): which rule decided,
+    /// why it was refused or failed, and the address connected to (or refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressLine<'a>>,
+}
+
+/// What an egress line adds (see [`Record::egress`]).
+#[derive(Debug, Serialize)]
+pub struct EgressLine<'a> {
+    pub method: &'a str,
+    pub rule: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    pub reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 /// What an audit line says about an approval.
@@ -174,6 +189,7 @@ impl Audit {
                 .filter(|id| !id.is_empty()),
             approval_kind: done.approval.map(|a| a.kind),
             decision: done.approval.and_then(|a| a.decision),
+            egress: None,
         });
     }
 }
@@ -214,6 +230,45 @@ impl Audit {
             approval_id: Some(approval_id),
             approval_kind: None,
             decision: Some(decision),
+            egress: None,
+        });
+    }
+}
+
+impl Audit {
+    /// One connection through a session's egress proxy: `outcome` is `allowed` or `denied`,
+    /// `targets` the host and port asked for, bytes in and out as the sandbox sent and got them.
+    pub fn egress(&self, owner_uid: u32, session: &str, d: &crate::egress::Decision) {
+        if !self.enabled() {
+            return;
+        }
+        self.write(&Record {
+            time: rfc3339(SystemTime::now()),
+            uid: owner_uid,
+            pid: None,
+            credential: None,
+            session,
+            tool: "egress",
+            targets: vec![format!("{}:{}", d.host, d.port)],
+            cwd: "",
+            mode: "",
+            escalated: false,
+            outcome: if d.allowed { "allowed" } else { "denied" }.into(),
+            exit_code: None,
+            process_id: None,
+            input_bytes: None,
+            duration_ms: d.duration.as_millis(),
+            bytes_in: usize::try_from(d.bytes_up).unwrap_or(usize::MAX),
+            bytes_out: usize::try_from(d.bytes_down).unwrap_or(usize::MAX),
+            approval_id: None,
+            approval_kind: None,
+            decision: None,
+            egress: Some(EgressLine {
+                method: d.method,
+                rule: &d.rule,
+                reason: &d.reason,
+                address: d.address.map(|a| a.to_string()),
+            }),
         });
     }
 }

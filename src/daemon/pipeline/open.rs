@@ -1,13 +1,81 @@
 //! Opening a session (OpenSession): the request checked, the caller's rule applied (modes,
-//! roots, caps), the policy resolved as the caller, the worker started, the session stored.
+//! roots, caps), the policy resolved as the caller, the worker started, the session stored;
+//! and a proxied session's network rules, set when it opens and changed later
+//! (SetNetworkRules).
 
 use crate::api;
 use crate::daemon::caller::identity::{Caller, RootCallers, worker_identity};
+use crate::daemon::egress::{PROXY_PORT, Registration, proxy_env};
 use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::CorralService;
-use crate::daemon::session::sessions::{self, Session, StoreError};
+use crate::daemon::session::sessions::{self, SandboxRequest, Session, StoreError};
+use crate::egress::rules::Rules;
+use crate::sandbox::policy::Egress;
+use std::sync::Arc;
 
 impl CorralService {
+    /// NETWORK_MODE_PROXY: the session's proxy with its rules (a malformed rule is the
+    /// request's error, naming it), registered under the session's id; its sandbox gets the
+    /// proxy's port and its commands the proxy variables.
+    fn egress_for(
+        &self,
+        caller: Caller,
+        id: &str,
+        asked: &mut SandboxRequest,
+    ) -> Result<Option<Registration>, CallError> {
+        let Some(proxy) = &asked.proxy else {
+            return Ok(None);
+        };
+        if asked.mode == crate::sandbox::policy::Mode::DangerFullAccess {
+            return Err(CallError::invalid_field(
+                "network_mode",
+                &format!(
+                    "profile `{}` is danger-full-access, which always has the host's network; \
+                     NETWORK_MODE_PROXY needs a read-only or workspace-write profile",
+                    asked.profile
+                ),
+            ));
+        }
+        let rules = rules_of(&proxy.allow, &proxy.deny)?;
+        let (audit, session, uid) = (self.audit.clone(), id.to_string(), caller.uid);
+        let registration = self.egress.register(
+            id,
+            rules,
+            Arc::new(move |decision| audit.egress(uid, &session, &decision)),
+        );
+        asked.egress = Some(Egress {
+            port: PROXY_PORT,
+            session: id.to_string(),
+        });
+        asked.env.extend(proxy_env(PROXY_PORT));
+        Ok(Some(registration))
+    }
+
+    /// SetNetworkRules: a proxied session's new rules, for its next connections. A sandboxed
+    /// caller (a command that found the session's id) may not widen any session's network.
+    pub(in crate::daemon) fn change_network_rules(
+        &self,
+        caller: Caller,
+        req: &api::SetNetworkRulesRequest,
+    ) -> Result<(), CallError> {
+        crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
+        let session = self.session(&req.session_id, caller)?;
+        let Some(egress) = &session.egress else {
+            return Err(CallError::Unmet(format!(
+                "session `{}` is not a NETWORK_MODE_PROXY session: it has no network rules to \
+                 change (its network is {}); open a session with network_mode \
+                 NETWORK_MODE_PROXY",
+                session.id,
+                if session.policy.network { "on" } else { "off" }
+            )));
+        };
+        egress
+            .proxy
+            .set_rules(rules_of(&req.allow_domains, &req.deny_domains)?);
+        tracing::info!(session = %session.id, allow = ?req.allow_domains, deny = ?req.deny_domains, "network rules changed");
+        Ok(())
+    }
+
     pub(in crate::daemon) async fn open(
         &self,
         caller: Caller,
@@ -48,6 +116,9 @@ impl CorralService {
             crate::daemon::caller::peer::refuse_if_sandboxed(caller)?;
         }
         asked.rule = Some(rule.clone());
+        // A proxied session's proxy exists before its worker does: the worker's start places
+        // the proxy's listener in its sandbox, and fails without it.
+        let egress = self.egress_for(caller, &id, asked)?;
         let policy = self.executor.policy_for(&opening.sandbox).await?;
         // H10: the operator's `roots_under` holds for the canonical form of every root the
         // session really gets, from every source (cwd, writable_roots, TMPDIR, /tmp).
@@ -73,7 +144,7 @@ impl CorralService {
         self.executor.open(&mut policy).await?;
         let session = match self
             .sessions
-            .insert(Session::new(id, opening, policy.clone()))
+            .insert(Session::new(id, opening, policy.clone(), egress))
         {
             Ok(s) => s,
             Err(StoreError::Full(n)) => {
@@ -88,4 +159,17 @@ impl CorralService {
             writable_roots,
         })
     }
+}
+
+/// A proxy's rules from a request's lists; a malformed rule is INVALID_ARGUMENT naming it
+/// (`allow_domains[1]`).
+fn rules_of(allow: &[String], deny: &[String]) -> Result<Rules, CallError> {
+    Rules::new(allow, deny).map_err(|e| {
+        let (field, list) = match e.list {
+            "deny" => ("deny_domains", deny),
+            _ => ("allow_domains", allow),
+        };
+        let at = list.iter().position(|r| *r == e.rule).unwrap_or(0);
+        CallError::invalid_field(&format!("{field}[{at}]"), &e.to_string())
+    })
 }

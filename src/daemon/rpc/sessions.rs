@@ -32,6 +32,15 @@ impl Sessions for CorralService {
         Ok(Response::new(api::CloseSessionResponse {}))
     }
 
+    async fn set_network_rules(
+        &self,
+        request: Request<api::SetNetworkRulesRequest>,
+    ) -> Result<Response<api::SetNetworkRulesResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        self.change_network_rules(caller, request.get_ref())?;
+        Ok(Response::new(api::SetNetworkRulesResponse {}))
+    }
+
     async fn list_sessions(
         &self,
         request: Request<api::ListSessionsRequest>,
@@ -71,6 +80,11 @@ impl Sessions for CorralService {
                     } as i32,
                     writable_roots: paths(&policy.writable_roots),
                     network_access: s.sandbox.network_access,
+                    network_mode: match s.policy.net() {
+                        crate::sandbox::policy::Net::Off => api::NetworkMode::Off,
+                        crate::sandbox::policy::Net::Proxy => api::NetworkMode::Proxy,
+                        crate::sandbox::policy::Net::On => api::NetworkMode::On,
+                    } as i32,
                     profile: s.sandbox.profile.clone(),
                     tools: s.tools.names().into_iter().map(String::from).collect(),
                     idle_seconds: idle.as_secs(),

@@ -72,6 +72,13 @@ pub async fn serve(
     // Workers and path resolvers started ahead, so the next OpenSession does not wait for the
     // binary to exec.
     executor.prewarm();
+    let egress = config.egress.settings()?;
+    for addr in [config.health_listen, config.metrics_listen]
+        .into_iter()
+        .flatten()
+    {
+        egress.add_listener(addr);
+    }
     let service = CorralService {
         sessions: sessions.clone(),
         executor: executor.clone(),
@@ -89,6 +96,7 @@ pub async fn serve(
         policy: policy.clone(),
         running: Default::default(),
         stream_stall_timeout: config.stream_stall_timeout,
+        egress: egress.clone(),
     };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -201,7 +209,9 @@ pub async fn serve(
             let tcp = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-            let bound = ListenAddr::Tcp(tcp.local_addr().map_err(|e| e.to_string())?);
+            let local = tcp.local_addr().map_err(|e| e.to_string())?;
+            egress.add_listener(local);
+            let bound = ListenAddr::Tcp(local);
             startup::announce(&config, &bound, &probe);
             tokio::spawn(router.serve_with_incoming_shutdown(TcpListenerStream::new(tcp), stopped))
         }

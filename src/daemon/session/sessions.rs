@@ -29,6 +29,18 @@ pub struct SandboxRequest {
     /// The owner's policy rule (limits and its name for refusals). `None` only for the
     /// start-up probe, which stands for no caller.
     pub rule: Option<crate::daemon::caller::rules::Rule>,
+    /// NETWORK_MODE_PROXY: the rules of the session's egress proxy, as the client wrote them.
+    pub proxy: Option<ProxyRules>,
+    /// The egress proxy's place in the sandbox, once the session has one (see
+    /// [`SandboxPolicy::egress`]); copied into every policy resolved for the session.
+    pub egress: Option<crate::sandbox::policy::Egress>,
+}
+
+/// A proxied session's allow and deny rules (`allow_domains`, `deny_domains`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyRules {
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
 }
 
 /// An OpenSession request, validated: the sandbox it asks for and the session's options.
@@ -74,10 +86,17 @@ pub struct Session {
     pub held_policies: Mutex<Vec<SandboxPolicy>>,
     /// The approval policy and the calls waiting for a decision (spec/sandbox.md §5.2).
     pub approvals: crate::daemon::pipeline::approvals::SessionApprovals,
+    /// NETWORK_MODE_PROXY: the session's egress proxy, registered while the session lives.
+    pub egress: Option<crate::daemon::egress::Registration>,
 }
 
 impl Session {
-    pub fn new(id: String, opening: Opening, policy: SandboxPolicy) -> Session {
+    pub fn new(
+        id: String,
+        opening: Opening,
+        policy: SandboxPolicy,
+        egress: Option<crate::daemon::egress::Registration>,
+    ) -> Session {
         Session {
             id,
             sandbox: opening.sandbox,
@@ -92,6 +111,7 @@ impl Session {
             processes: Default::default(),
             held_policies: Default::default(),
             approvals: opening.approvals,
+            egress,
         }
     }
 
@@ -206,6 +226,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
         writable_roots.push(PathBuf::from(root));
     }
     let tools = tool_set(req)?;
+    let (network_access, proxy) = network_of(req, mode)?;
     if req.background_terminal_max_timeout_ms > MAX_BACKGROUND_TERMINAL_TIMEOUT_MS {
         return Err(FieldError::new(
             "background_terminal_max_timeout_ms",
@@ -227,7 +248,7 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
             cwd,
             mode,
             writable_roots,
-            network_access: req.network_access || mode == Mode::DangerFullAccess,
+            network_access,
             exclude_tmpdir_env_var: req.exclude_tmpdir_env_var,
             exclude_slash_tmp: req.exclude_slash_tmp,
             env: req
@@ -239,6 +260,8 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
             owner_uid: 0,
             identity: None,
             rule: None,
+            proxy,
+            egress: None,
         },
         tools,
         background_terminal_max_timeout_ms: req.background_terminal_max_timeout_ms,
@@ -248,6 +271,65 @@ pub fn validate(req: &api::OpenSessionRequest) -> Result<Opening, FieldError> {
             approval_timeout,
         ),
     })
+}
+
+/// How a session reaches the network: on (danger-full-access always), off, or through the
+/// egress proxy with its rules.
+fn network_of(
+    req: &api::OpenSessionRequest,
+    mode: Mode,
+) -> Result<(bool, Option<ProxyRules>), FieldError> {
+    use api::NetworkMode;
+    let full = mode == Mode::DangerFullAccess;
+    let (on, proxied) = match NetworkMode::try_from(req.network_mode) {
+        Ok(NetworkMode::Unspecified) => (req.network_access || full, false),
+        Ok(NetworkMode::On) => (true, false),
+        Ok(NetworkMode::Off | NetworkMode::Proxy) if req.network_access => {
+            return Err(FieldError::new(
+                "network_mode",
+                "network_mode contradicts network_access: true; set only network_mode".into(),
+            ));
+        }
+        Ok(NetworkMode::Off | NetworkMode::Proxy) if full => {
+            return Err(FieldError::new(
+                "network_mode",
+                "danger-full-access always has the host's network; NETWORK_MODE_OFF and \
+                 NETWORK_MODE_PROXY need read-only or workspace-write"
+                    .into(),
+            ));
+        }
+        Ok(NetworkMode::Off) => (false, false),
+        Ok(NetworkMode::Proxy) => (false, true),
+        Err(_) => {
+            return Err(FieldError::new(
+                "network_mode",
+                format!(
+                    "network_mode {} is not a known NetworkMode",
+                    req.network_mode
+                ),
+            ));
+        }
+    };
+    let has_rules = !req.allow_domains.is_empty() || !req.deny_domains.is_empty();
+    if has_rules && !proxied {
+        let field = if req.allow_domains.is_empty() {
+            "deny_domains"
+        } else {
+            "allow_domains"
+        };
+        return Err(FieldError::new(
+            field,
+            format!(
+                "{field} applies to NETWORK_MODE_PROXY only; set network_mode to \
+                 NETWORK_MODE_PROXY (the CLI: --network proxy)"
+            ),
+        ));
+    }
+    let rules = proxied.then(|| ProxyRules {
+        allow: req.allow_domains.clone(),
+        deny: req.deny_domains.clone(),
+    });
+    Ok((on, rules))
 }
 
 /// A project-doc byte budget (OpenSession's, or GetPromptContext's override): unset is
@@ -513,7 +595,12 @@ mod tests {
         let store = SessionStore::new(Duration::from_millis(50), 1);
         let session = |id: &str| {
             let opening = validate(&request("/", api::SandboxMode::ReadOnly)).unwrap();
-            Session::new(id.into(), opening, SandboxPolicy::bare(Mode::ReadOnly, "/"))
+            Session::new(
+                id.into(),
+                opening,
+                SandboxPolicy::bare(Mode::ReadOnly, "/"),
+                None,
+            )
         };
         store.insert(session("a")).unwrap();
         assert_eq!(store.insert(session("b")).unwrap_err(), StoreError::Full(1));

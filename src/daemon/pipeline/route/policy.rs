@@ -69,7 +69,7 @@ impl Executor {
             Some(p) if p.mode == session.mode => p.clone(),
             _ => self.profiles.for_mode(session.mode).clone(),
         };
-        if session.network_access && !profile.network_allowed {
+        if (session.network_access || session.proxy.is_some()) && !profile.network_allowed {
             return Err(CallError::Denied(format!(
                 "sandbox profile `{}` does not allow network access",
                 profile.name
@@ -103,7 +103,12 @@ impl Executor {
             writable_sources: profile.writable.clone(),
             protected_names: profile.protected_names.clone(),
         };
-        let policy = self.resolver.resolve(&params).await?;
+        let mut policy = self.resolver.resolve(&params).await?;
+        // The egress proxy's place is the daemon's, not the resolver's; an escalated call's
+        // danger-full-access policy has the host's network instead.
+        if session.mode.is_sandboxed() {
+            policy.egress = session.egress.clone();
+        }
         for root in &policy.writable_roots {
             if let Some(state) = self.state_paths.iter().find(|s| s.starts_with(root)) {
                 return Err(self.state_in_root(session, root, state));
@@ -214,6 +219,8 @@ impl Executor {
                     groups: Vec::new(),
                 }),
             rule: None,
+            proxy: None,
+            egress: None,
         };
         let policy = self.policy_for(&session).await?;
         let worker = crate::daemon::workers::pool::Worker::spawn(

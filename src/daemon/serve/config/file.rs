@@ -33,6 +33,8 @@ pub(super) struct FileConfig {
     pub(super) health_listen: Option<std::net::SocketAddr>,
     /// Seconds a ShellStream client may leave output unread before its command is cancelled.
     pub(super) stream_stall_timeout: Option<u64>,
+    /// The egress proxy of NETWORK_MODE_PROXY sessions.
+    pub(super) egress: Option<crate::daemon::egress::EgressConfig>,
 }
 
 /// Re-reads the policy from the config file (SIGHUP); an error keeps the running policy.

@@ -131,7 +131,11 @@ impl Config {
             Some(secs) => Duration::from_secs(secs),
             None => crate::daemon::pipeline::admit::DEFAULT_STREAM_STALL_TIMEOUT,
         };
+        let egress = file.egress.clone().unwrap_or_default();
+        // Checked now, naming the key; the listeners are filled in when they are bound.
+        egress.settings()?;
         Ok(Config {
+            egress,
             health_listen: args.health_listen.or(file.health_listen),
             stream_stall_timeout,
             metrics_listen,

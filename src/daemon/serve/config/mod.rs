@@ -74,6 +74,8 @@ pub struct Config {
     pub stream_stall_timeout: Duration,
     /// Where grpc.health.v1 alone is served over plain TCP (Kubernetes probes), if anywhere.
     pub health_listen: Option<std::net::SocketAddr>,
+    /// The egress proxy's `[egress]` table (checked at start-up).
+    pub egress: crate::daemon::egress::EgressConfig,
 }
 
 impl Config {

@@ -135,6 +135,21 @@ impl Worker {
             }
         };
 
+        // A proxied sandbox's one way out is placed before the worker takes any call; the
+        // proxy serves until the worker is reaped.
+        let ended = tokio_util::sync::CancellationToken::new();
+        if let Some(egress) = &spec.policy.egress {
+            let placed = match child.id() {
+                Some(pid) => crate::daemon::egress::attach(pid, egress, ended.clone()).await,
+                None => Err(CallError::worker_setup_exited(
+                    "before its proxy was placed",
+                )),
+            };
+            if let Err(e) = placed {
+                let _ = child.kill().await;
+                return Err(e);
+            }
+        }
         metrics::gauge!(crate::daemon::metrics::WORKERS).increment(1.0);
         let pending: Pending = Arc::default();
         let dead = Arc::new(AtomicBool::new(false));
@@ -258,6 +273,7 @@ impl Worker {
                 let _ = reaped_tx.send(true);
                 // Dropping the senders fails every call in flight on this worker.
                 pending.locked().clear();
+                ended.cancel();
             });
         }
         Ok(Arc::new(Worker {

@@ -1,0 +1,199 @@
+//! The daemon's side of a proxied session's network (NETWORK_MODE_PROXY): the operator's
+//! `[egress]` settings, each session's proxy (its rules, its decisions into the audit log), and
+//! the proxy's listener, placed on the loopback of the session's sandbox — in the worker's own
+//! network namespace — every time a worker for the session starts. The proxy itself is
+//! `crate::egress`; it runs here, outside the sandbox.
+
+use crate::daemon::error::CallError;
+use crate::egress::addresses::{Addresses, Net};
+use crate::egress::proxy::{Limits, Proxy};
+use crate::egress::resolve::{OverrideResolver, Resolver, SystemResolver};
+use crate::egress::rules::Rules;
+use crate::sync::LockExt;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+/// The port of the proxy's listener on a proxied sandbox's loopback (the one TCP connect its
+/// Landlock ruleset allows). The namespace is the sandbox's own, so no host port is taken.
+pub const PROXY_PORT: u16 = 3128;
+
+/// The operator's `[egress]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) may be reached.
+    #[serde(default)]
+    pub allow_private: bool,
+    /// Networks that may be reached although they are otherwise never (a LAN registry, a
+    /// loopback test server), in CIDR notation. corral's own listeners stay unreachable.
+    #[serde(default)]
+    pub allowed_networks: Vec<String>,
+    /// Names the proxy answers without DNS (pinned internal names; tests).
+    #[serde(default)]
+    pub hosts: BTreeMap<String, Vec<IpAddr>>,
+}
+
+/// What every session's proxy shares: the operator's address rules, corral's own listeners
+/// (never reachable) and the resolver.
+#[derive(Clone)]
+pub struct EgressSettings {
+    allow_private: bool,
+    allowed_networks: Vec<Net>,
+    listeners: Arc<Mutex<Vec<SocketAddr>>>,
+    resolver: Arc<dyn Resolver>,
+}
+
+impl EgressConfig {
+    /// Checks the table (at start-up, naming the key) and builds the shared settings.
+    pub fn settings(&self) -> Result<EgressSettings, String> {
+        let nets = self
+            .allowed_networks
+            .iter()
+            .map(|n| {
+                n.parse()
+                    .map_err(|e| format!("egress.allowed_networks: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let resolver: Arc<dyn Resolver> = if self.hosts.is_empty() {
+            Arc::new(SystemResolver)
+        } else {
+            let map: HashMap<String, Vec<IpAddr>> = self.hosts.clone().into_iter().collect();
+            Arc::new(OverrideResolver::new(map, Some(SystemResolver)))
+        };
+        Ok(EgressSettings {
+            allow_private: self.allow_private,
+            allowed_networks: nets,
+            listeners: Arc::default(),
+            resolver,
+        })
+    }
+}
+
+/// Every proxied session's proxy, by session id: a worker started for the session (its first,
+/// or one replacing a worker that died) finds its proxy here.
+static PROXIES: Mutex<BTreeMap<String, Arc<Proxy>>> = Mutex::new(BTreeMap::new());
+
+/// A session's proxy, registered until this is dropped (the session closed, or failed to open).
+pub struct Registration {
+    session: String,
+    pub proxy: Arc<Proxy>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        PROXIES.locked().remove(&self.session);
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registration({})", self.session)
+    }
+}
+
+impl EgressSettings {
+    /// One of corral's own listeners (gRPC over TCP, health, metrics): no proxy connects to it,
+    /// whatever a name resolves to or the operator's networks allow.
+    pub fn add_listener(&self, addr: SocketAddr) {
+        self.listeners.locked().push(addr);
+    }
+
+    /// A proxy for session `session` with `rules`; its decisions go to `on_decision`.
+    pub fn register(
+        &self,
+        session: &str,
+        rules: Rules,
+        on_decision: crate::egress::DecisionSink,
+    ) -> Registration {
+        // The host's own addresses are read now: an interface that came up since start-up is
+        // covered too.
+        let addresses = Addresses::new(
+            self.allow_private,
+            &self.allowed_networks,
+            self.listeners.locked().clone(),
+        );
+        let proxy = Arc::new(Proxy::new(
+            rules,
+            addresses,
+            self.resolver.clone(),
+            Limits::default(),
+            on_decision,
+        ));
+        PROXIES.locked().insert(session.to_string(), proxy.clone());
+        Registration {
+            session: session.to_string(),
+            proxy,
+        }
+    }
+}
+
+/// What a proxied session's commands get in their environment: the proxy, for every tool that
+/// reads the usual variables, and loopback left direct (the sandbox's own servers).
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut env = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push((name.to_string(), url.clone()));
+        env.push((name.to_ascii_lowercase(), url.clone()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        env.push((name.to_string(), "localhost,127.0.0.1,::1".to_string()));
+    }
+    env
+}
+
+/// Places the session's proxy listener on the loopback of worker `pid`'s network namespace and
+/// serves it until `ended` (the worker was reaped). Fails closed: without its proxy a proxied
+/// sandbox has no network, and the worker is not used.
+pub async fn attach(
+    pid: u32,
+    egress: &crate::sandbox::policy::Egress,
+    ended: tokio_util::sync::CancellationToken,
+) -> Result<(), CallError> {
+    let proxy = PROXIES
+        .locked()
+        .get(&egress.session)
+        .cloned()
+        .ok_or_else(|| {
+            CallError::Unmet(
+                "the session's egress proxy is gone (the session closed); open a new session"
+                    .into(),
+            )
+        })?;
+    let port = egress.port;
+    let listener = tokio::task::spawn_blocking(move || listen_in_netns(pid, port))
+        .await
+        .map_err(|e| CallError::Internal(format!("the egress listener task failed: {e}")))?
+        .map_err(|e| {
+            CallError::Unmet(format!(
+                "the egress proxy could not be placed in the sandbox: {e}; the network stays \
+                 off and the session cannot run commands (NETWORK_MODE_PROXY needs corral to run \
+                 as root)"
+            ))
+        })?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .map_err(|e| CallError::Internal(format!("the egress listener: {e}")))?;
+    tokio::spawn(proxy.serve(listener, ended));
+    Ok(())
+}
+
+/// A TCP listener on 127.0.0.1:`port` inside the network namespace of process `pid`. A socket
+/// belongs to the namespace it was made in, so a thread of its own enters that namespace,
+/// makes it and ends: no other thread of the daemon ever leaves the host's namespace.
+fn listen_in_netns(pid: u32, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
+                listener.set_nonblocking(true)?;
+                Ok(listener)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the namespace thread panicked")))
+    })
+}
