@@ -3,8 +3,11 @@
 //! and a new worker — keeps another user's `OpenSession` + first call + close and its health
 //! check within 5× of idle at the 99th percentile, measured in the same run on this machine.
 //! The daemon runs in memory and pids cgroups of its own with caps, so a failure cannot hurt
-//! the machine.
+//! the machine. A test binary of its own (not a module of tests/it): the measurement wants the
+//! machine to itself, which a lock can give it only among the tests of one binary.
 
+// The harness is shared with tests/it, which uses all of it; this binary uses a part.
+#[allow(dead_code, unused_imports, unused_macros)]
 mod common;
 
 use common::{Daemon, DaemonCgroup, TestUser, connect_as};

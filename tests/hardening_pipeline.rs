@@ -2,7 +2,11 @@
 //! stops reading stalls only its own call and cannot grow the daemon; a fast client still gets
 //! every byte in order; one user cannot fill the session or worker tables; the timeout ceiling
 //! binds every command tool; refusals and streams are audited like every other call.
+//! A test binary of its own (not a module of tests/it): its stall test measures another client's
+//! latency and must run alone, which `QUIET` can ensure only among the tests of one binary.
 
+// The harness is shared with tests/it, which uses all of it; this binary uses a part.
+#[allow(dead_code, unused_imports, unused_macros)]
 mod common;
 
 use common::{Daemon, outside, scratch};

@@ -2,6 +2,8 @@
 //! the CPU, so it runs in a test binary of its own rather than beside the other hardening tests
 //! on a 2-core machine. A real daemon; the host polls as a victim would.
 
+// The harness is shared with tests/it, which uses all of it; this binary uses a part.
+#[allow(dead_code, unused_imports, unused_macros)]
 mod common;
 
 use common::{Daemon, count_lines, gitdir_script, host_sh, outside};

@@ -1,8 +1,7 @@
 //! What the tests that run the pinned Codex share: finding the pinned `codex`, a scripted mock
 //! of the Responses API on loopback, a CODEX_HOME pointing at it, `codex exec`, a running
-//! `corral exec-server`, and the scripted turn itself (tests/exec_server.rs runs it through
-//! corral, tests/exec_server_trace.rs records it against Codex's own exec-server).
-#![allow(dead_code)]
+//! `corral exec-server`, and the scripted turn itself (tests/it/exec_server.rs runs it through
+//! corral, tests/it/exec_server_trace.rs records it against Codex's own exec-server).
 
 use crate::common::{self, Daemon, outside};
 use serde_json::json;

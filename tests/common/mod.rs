@@ -1,5 +1,4 @@
 //! Test harness: a real `corral serve` on a temporary Unix socket, and gRPC clients for it.
-#![allow(dead_code)]
 
 pub mod procs;
 
@@ -17,7 +16,9 @@ pub const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 /// A running daemon; SIGTERMed and reaped on drop.
 pub struct Daemon {
     pub child: Option<Child>,
-    pub dir: tempfile::TempDir,
+    /// The daemon's directory (its socket and log): held, never read, so it lives as long as
+    /// the daemon does.
+    pub _dir: tempfile::TempDir,
     pub socket: PathBuf,
     pub log: PathBuf,
     /// `(uid, gid)` the test connects as; `None`: as this (root) process. A daemon that is not
@@ -57,7 +58,7 @@ impl Daemon {
             .expect("spawn corral serve");
         let daemon = Daemon {
             child: Some(child),
-            dir,
+            _dir: dir,
             socket,
             log,
             caller: None,
@@ -101,7 +102,7 @@ impl Daemon {
             .expect("spawn corral serve as the test user");
         let daemon = Daemon {
             child: Some(child),
-            dir,
+            _dir: dir,
             socket,
             log,
             caller: Some((user.uid, user.gid)),
@@ -132,7 +133,7 @@ impl Daemon {
         let daemon = Daemon {
             child: Some(child),
             log: dir.path().join("daemon.log"),
-            dir,
+            _dir: dir,
             socket: socket.to_path_buf(),
             caller: None,
         };
@@ -850,7 +851,6 @@ impl Drop for SmallDisk {
 /// user created for the test, named PREFIX and a number, called by that user, whose scratch
 /// directories and host-side baselines are that user's too, so only the sandbox can make a
 /// difference).
-#[allow(unused_macros)]
 macro_rules! on_both_daemons {
     ($prefix:literal; $($(#[$attr:meta])* $case:ident),* $(,)?) => {
         mod root {
@@ -858,7 +858,7 @@ macro_rules! on_both_daemons {
                 $(#[$attr])*
                 #[tokio::test]
                 async fn $case() {
-                    super::$case(&super::common::RunAs::Root).await;
+                    super::$case(&$crate::common::RunAs::Root).await;
                 }
             )*
         }
@@ -867,7 +867,7 @@ macro_rules! on_both_daemons {
                 $(#[$attr])*
                 #[tokio::test]
                 async fn $case() {
-                    let Some(who) = super::common::RunAs::next_ordinary_user($prefix) else {
+                    let Some(who) = $crate::common::RunAs::next_ordinary_user($prefix) else {
                         return;
                     };
                     super::$case(&who).await;
@@ -876,5 +876,4 @@ macro_rules! on_both_daemons {
         }
     };
 }
-#[allow(unused_imports)]
 pub(crate) use on_both_daemons;

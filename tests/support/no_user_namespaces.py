@@ -6,7 +6,7 @@ Inside, unshare(CLONE_NEWUSER) fails with ENOSPC and /proc/sys/user/max_user_nam
 0, exactly as on a host configured with `sysctl user.max_user_namespaces=0`.
 
 Usage: no_user_namespaces.py UID GID COMMAND [ARG...]
-Used by tests/unprivileged.rs (spec/sandbox.md §6: a non-root daemon fails closed naming the
+Used by tests/it/unprivileged.rs (spec/sandbox.md §6: a non-root daemon fails closed naming the
 setting)."""
 import ctypes
 import os
