@@ -1,7 +1,7 @@
 //! The model-facing tool definitions, stored verbatim (Responses API shape) so they stay
 //! byte-exact, and reshaped for Chat Completions on request. exec_command, write_stdin,
 //! view_image and the freeform apply_patch are the pinned Codex release's own
-//! (tests/codex/tools-VERSION.json, checked by tests/codex_fidelity.rs); the tools that release
+//! (tests/codex/tools-VERSION.json, checked by tests/it/codex_fidelity.rs); the tools that release
 //! no longer lists (shell, shell_command, read_file, list_dir, grep_files, update_plan, the JSON
 //! apply_patch) keep spec/tools.md §1's text.
 

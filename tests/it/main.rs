@@ -22,6 +22,7 @@ mod approvals;
 mod audit;
 mod cli;
 mod codex_fidelity;
+mod egress;
 mod exec_server;
 mod exec_server_limits;
 mod exec_server_trace;

@@ -1187,7 +1187,7 @@ fn rollback_failure_is_reported() {
 }
 
 /// While new content is written and synced it has no name yet, so a worker killed there (the
-/// longest part of a commit) leaves no temporary file behind; tests/faults.rs kills real
+/// longest part of a commit) leaves no temporary file behind; tests/it/faults.rs kills real
 /// workers mid-commit.
 #[test]
 fn content_is_written_to_an_unnamed_file() {

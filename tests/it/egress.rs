@@ -7,9 +7,7 @@
 //! `allowed_networks` lets the proxy reach 127.0.0.0/8 (where the test's server is), so what
 //! refuses the metadata address and corral's listener is the proxy's own rule.
 
-mod common;
-
-use common::{Daemon, outside, scratch};
+use crate::common::{self, Daemon, outside, scratch};
 use corral::api::{self, SandboxMode};
 use std::io::{Read, Write};
 use std::net::TcpListener;
