@@ -78,7 +78,28 @@ static PROXIES: Mutex<BTreeMap<String, Arc<Proxy>>> = Mutex::new(BTreeMap::new()
 /// A session's proxy, registered until this is dropped (the session closed, or failed to open).
 pub struct Registration {
     session: String,
-    pub proxy: Arc<Proxy>,
+    proxy: Arc<Proxy>,
+    /// The rules in force, as the client wrote them (for the prompt context's `<network>`).
+    written: Mutex<crate::wire::NetworkRules>,
+}
+
+impl Registration {
+    /// New rules for the proxy's next connections.
+    pub fn replace(&self, rules: Rules, allowed: &[String], denied: &[String]) {
+        // One lock over both: a reader never sees the lists of one change with the rules of
+        // another.
+        let mut written = self.written.locked();
+        self.proxy.set_rules(rules);
+        *written = crate::wire::NetworkRules {
+            allowed: allowed.to_vec(),
+            denied: denied.to_vec(),
+        };
+    }
+
+    /// The rules in force, as written.
+    pub fn written(&self) -> crate::wire::NetworkRules {
+        self.written.locked().clone()
+    }
 }
 
 impl Drop for Registration {
@@ -100,11 +121,12 @@ impl EgressSettings {
         self.listeners.locked().push(addr);
     }
 
-    /// A proxy for session `session` with `rules`; its decisions go to `on_decision`.
+    /// A proxy for session `session` with `rules` (written as `allowed` and `denied`); its
+    /// decisions go to `on_decision`.
     pub fn register(
         &self,
         session: &str,
-        rules: Rules,
+        (rules, allowed, denied): (Rules, &[String], &[String]),
         on_decision: crate::egress::DecisionSink,
     ) -> Registration {
         // The host's own addresses are read now: an interface that came up since start-up is
@@ -125,6 +147,10 @@ impl EgressSettings {
         Registration {
             session: session.to_string(),
             proxy,
+            written: Mutex::new(crate::wire::NetworkRules {
+                allowed: allowed.to_vec(),
+                denied: denied.to_vec(),
+            }),
         }
     }
 }

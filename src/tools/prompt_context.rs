@@ -8,7 +8,8 @@
 //! Spec deviation (the newest Codex wins): spec §11 expects approval policy, sandbox mode,
 //! network access and writable roots in the environment context. The newest Codex carries none
 //! of them; it carries cwd, shell, current_date, timezone, a network block only when domain
-//! allow/deny lists are configured (corral has none) and subagents (none here).
+//! allow/deny lists are configured (a NETWORK_MODE_PROXY session's rules) and subagents (none
+//! here).
 //!
 //! Where corral chooses differently from Codex, on purpose:
 //! - A project doc that cannot be read (EACCES inside the sandbox, a dangling link, a FIFO or
@@ -303,6 +304,7 @@ pub fn prompt_context(
     current_date: &str,
     timezone: &str,
     max_bytes: u64,
+    network: Option<NetworkContext>,
 ) -> PromptContext {
     let cwd_text = cwd.to_string_lossy().into_owned();
     let shell = shell_name(shell);
@@ -311,7 +313,7 @@ pub fn prompt_context(
         shell: shell.clone(),
         current_date: Some(current_date.to_string()),
         timezone: Some(timezone.to_string()),
-        network: None,
+        network,
         subagents: None,
     }
     .serialize_to_xml();
@@ -814,6 +816,7 @@ mod tests {
             "2026-02-26",
             "Europe/Berlin",
             DEFAULT_PROJECT_DOC_MAX_BYTES,
+            None,
         );
         let cwd = repo.path().to_str().unwrap();
         let env = format!(
@@ -857,6 +860,7 @@ mod tests {
             "2026-01-01",
             "Etc/UTC",
             4096,
+            None,
         );
         assert_eq!(ctx.user_instructions, None);
         assert!(ctx.project_docs.is_empty());

@@ -244,6 +244,15 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         .await;
     assert_ne!(ran.exit_code, 0, "{}", ran.output);
 
+    // The model is told, as Codex tells it: the rules in the environment context.
+    let env = environment_context(d, id).await;
+    assert!(
+        env.contains(
+            "  <network enabled=\"true\">\n    <allowed>allowed.test</allowed>\n    <allowed>*.allowed.test</allowed>"
+        ) && env.contains("    <denied>also.allowed.test</denied>\n  </network>"),
+        "{env}"
+    );
+
     // New rules for the next connections, through the CLI as a person types them.
     let (code, out) = common::host_sh(&format!(
         "{} set-network-rules --socket {} {id} --allow-domain denied.test 2>&1",
@@ -264,6 +273,13 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         ran.output.ends_with("403"),
         "no longer allowed: {}",
         ran.output
+    );
+    let env = environment_context(d, id).await;
+    assert!(
+        env.contains(
+            "<network enabled=\"true\">\n    <allowed>denied.test</allowed>\n  </network>"
+        ),
+        "{env}"
     );
 
     // Every decision is on the audit log, with the rule that made it.
@@ -407,4 +423,18 @@ async fn bad_rules_and_contradictions_are_refused_naming_the_field() {
         .await
         .unwrap_err();
     assert_eq!(field(&err), "allow_domains[0]", "{err:?}");
+}
+
+/// The session's environment context, as GetPromptContext gives it.
+async fn environment_context(d: &Daemon, id: &str) -> String {
+    d.bridge()
+        .await
+        .get_prompt_context(api::GetPromptContextRequest {
+            session_id: id.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .environment_context
 }

@@ -40,7 +40,7 @@ impl CorralService {
         let (audit, session, uid) = (self.audit.clone(), id.to_string(), caller.uid);
         let registration = self.egress.register(
             id,
-            rules,
+            (rules, &proxy.allow, &proxy.deny),
             Arc::new(move |decision| audit.egress(uid, &session, &decision)),
         );
         asked.egress = Some(Egress {
@@ -69,9 +69,11 @@ impl CorralService {
                 if session.policy.network { "on" } else { "off" }
             )));
         };
-        egress
-            .proxy
-            .set_rules(rules_of(&req.allow_domains, &req.deny_domains)?);
+        egress.replace(
+            rules_of(&req.allow_domains, &req.deny_domains)?,
+            &req.allow_domains,
+            &req.deny_domains,
+        );
         tracing::info!(session = %session.id, allow = ?req.allow_domains, deny = ?req.deny_domains, "network rules changed");
         Ok(())
     }

@@ -77,14 +77,19 @@ impl Bridge for CorralService {
         let req = request.into_inner();
         // The session's own budget unless the call overrides it; an unknown session is
         // answered NOT_FOUND by the pipeline below (audited like every call).
-        let session_budget = self
+        let session = self
             .sessions
             .get(&req.session_id)
-            .filter(|s| s.owner_uid() == caller.uid)
-            .map_or(
-                crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
-                |s| s.project_doc_max_bytes,
-            );
+            .filter(|s| s.owner_uid() == caller.uid);
+        let session_budget = session.as_ref().map_or(
+            crate::tools::prompt_context::DEFAULT_PROJECT_DOC_MAX_BYTES,
+            |s| s.project_doc_max_bytes,
+        );
+        // A proxied session's rules in force are Codex's `<network>` block.
+        let network = session
+            .as_ref()
+            .and_then(|s| s.egress.as_ref())
+            .map(|e| e.written());
         let budget = sessions::project_doc_budget(
             "project_doc_max_bytes",
             req.project_doc_max_bytes,
@@ -98,6 +103,7 @@ impl Bridge for CorralService {
             current_date,
             timezone,
             project_doc_max_bytes: budget,
+            network,
         });
         match self
             .run(caller, &req.session_id, call, false, Refusal::Error)

@@ -20,6 +20,12 @@ pub(super) fn prompt_context_call(
         &req.current_date,
         &req.timezone,
         req.project_doc_max_bytes,
+        req.network
+            .as_ref()
+            .map(|n| crate::tools::prompt_context::NetworkContext {
+                allowed_domains: n.allowed.clone(),
+                denied_domains: n.denied.clone(),
+            }),
     );
     api::GetPromptContextResponse {
         responses_input_json: c.responses_input_json(),
