@@ -135,6 +135,8 @@ export interface InvokeResult {
 }
 
 export type ApprovalPolicyName = 'untrusted' | 'on-failure' | 'on-request' | 'never';
+/** How a session's commands reach the network (`SessionSettings.network`). */
+export type NetworkModeName = 'off' | 'on' | 'proxy';
 export type ApprovalDecisionName = 'approved' | 'approved_for_session' | 'denied';
 
 /** A call that needs the user's decision: answer it with decideApproval. */
@@ -225,6 +227,21 @@ export interface SessionSettings {
   approvalPolicy?: ApprovalPolicyName;
   /** How long a request waits for a decision (default ten minutes). */
   approvalTimeoutMs?: number;
+  /**
+   * How commands reach the network (unset: `networkAccess` decides). `'proxy'`: only the hosts
+   * `allowDomains` names, through corral's egress proxy.
+   */
+  network?: NetworkModeName;
+  /** `'proxy'`: the hosts commands may reach (`example.com`, `*.example.com`, `:PORT`, `:PORT,PORT`). */
+  allowDomains?: string[];
+  /** `'proxy'`: hosts refused even when an allow rule matches. */
+  denyDomains?: string[];
+}
+
+/** A proxied session's new rules (Session.setNetworkRules, Client.setNetworkRules). */
+export interface NetworkRules {
+  allowDomains?: string[];
+  denyDomains?: string[];
 }
 
 export interface ShellOptions extends CallOptions {
@@ -254,6 +271,8 @@ export class Client {
   health(service?: string, opts?: CallOptions): Promise<'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN' | string>;
   capabilities(opts?: CallOptions): Promise<Capabilities>;
   openSession(settings?: SessionSettings, opts?: CallOptions): Promise<Session>;
+  /** Replaces a `network: 'proxy'` session's allow and deny rules (new connections follow them). */
+  setNetworkRules(call: { sessionId: string } & NetworkRules & CallOptions): Promise<void>;
   /** Attaches to a session opened earlier (nothing is sent; an unknown id fails on first use). */
   session(sessionId: string): Session;
   closeSession(sessionId: string, opts?: CallOptions): Promise<void>;
@@ -297,6 +316,8 @@ export class Session {
   listTools(format?: ToolFormat, opts?: { exclude?: string[] } & CallOptions): Promise<object[]>;
   invoke(name: string, args?: string | object, opts?: { callId?: string; freeform?: boolean } & CallOptions): Promise<InvokeResult>;
   decideApproval(approvalId: string, decision: ApprovalDecisionName | boolean, opts?: CallOptions): Promise<DecidedCall>;
+  /** Replaces this `network: 'proxy'` session's allow and deny rules. */
+  setNetworkRules(rules?: NetworkRules & CallOptions): Promise<void>;
   close(opts?: CallOptions): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }

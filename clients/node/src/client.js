@@ -48,6 +48,24 @@ const APPROVAL_POLICIES = {
   never: 'APPROVAL_POLICY_NEVER',
 };
 
+const NETWORK_MODES = {
+  off: 'NETWORK_MODE_OFF',
+  on: 'NETWORK_MODE_ON',
+  proxy: 'NETWORK_MODE_PROXY',
+};
+
+/**
+ * Domain rules as sent: an array of strings, or undefined when not given. Anything else (a lone
+ * string among them) is a TypeError, never guessed at.
+ */
+function domainRules(rules, what) {
+  if (rules === undefined || rules === null) return undefined;
+  if (!Array.isArray(rules) || !rules.every((r) => typeof r === 'string')) {
+    throw new TypeError(`${what} must be an array of rules (e.g. ['example.com', '*.example.com:443']), not ${JSON.stringify(rules)}`);
+  }
+  return rules;
+}
+
 const DECISIONS = {
   approved: 'APPROVAL_DECISION_APPROVED',
   approved_for_session: 'APPROVAL_DECISION_APPROVED_FOR_SESSION',
@@ -431,6 +449,13 @@ export class Client {
    *   `approvalPolicy` (unset: nothing is asked) makes some command calls come back with an
    *   `approval` request instead of a result (see decideApproval); a request waits
    *   `approvalTimeoutMs` (default ten minutes).
+   *   `network`: how commands reach the network, `'off'`, `'on'` or `'proxy'` (unset:
+   *   `networkAccess` decides, as before). A `'proxy'` session's commands reach only the hosts
+   *   `allowDomains` names (`example.com`, `*.example.com`, either with `:PORT` or `:PORT,PORT`),
+   *   through corral's egress proxy (HTTP_PROXY etc. in their environment); `denyDomains` wins
+   *   over an allow rule; setNetworkRules replaces them later. The daemon judges the combination:
+   *   `networkAccess: true` with `'off'` or `'proxy'`, rules without `'proxy'`, a malformed rule
+   *   reject with InvalidArgumentError, its `fieldViolations` naming the field.
    * @param {CallOptions} [opts]
    * @returns {Promise<Session>}
    */
@@ -453,12 +478,34 @@ export class Client {
       backgroundTerminalMaxTimeoutMs: settings.backgroundTerminalMaxTimeoutMs,
       approvalPolicy: enumValue(APPROVAL_POLICIES, settings.approvalPolicy, 'APPROVAL_POLICY_', 'approval policy'),
       approvalTimeoutMs: settings.approvalTimeoutMs,
+      // Sent as given: the daemon alone judges the network settings (see above).
+      networkMode: enumValue(NETWORK_MODES, settings.network, 'NETWORK_MODE_', 'network mode'),
+      allowDomains: domainRules(settings.allowDomains, 'allowDomains'),
+      denyDomains: domainRules(settings.denyDomains, 'denyDomains'),
     });
     const res = await unary(this._sessions, 'openSession', req, this._opts(opts));
     return new Session(this, res.sessionId, {
       writableRoots: res.writableRoots,
       skippedWritableRoots: res.skippedWritableRoots,
     });
+  }
+
+  /**
+   * Replaces a `network: 'proxy'` session's allow and deny rules (openSession's syntax; none
+   * allowed: nothing is reachable). New connections follow them; one already open keeps what let
+   * it in. A session of another network mode: FailedPreconditionError; a malformed rule:
+   * InvalidArgumentError whose `fieldViolations` name it as the proto does (`allow_domains[0]`),
+   * and the rules stay as they were.
+   * @param {{sessionId: string, allowDomains?: string[], denyDomains?: string[]} & CallOptions} call
+   * @returns {Promise<void>}
+   */
+  async setNetworkRules({ sessionId, allowDomains = [], denyDomains = [], ...opts }) {
+    const req = {
+      sessionId,
+      allowDomains: domainRules(allowDomains, 'allowDomains'),
+      denyDomains: domainRules(denyDomains, 'denyDomains'),
+    };
+    await unary(this._sessions, 'setNetworkRules', req, this._opts(opts));
   }
 
   /**
@@ -702,6 +749,15 @@ export class Session {
    */
   decideApproval(approvalId, decision, opts = {}) {
     return this.client.decideApproval({ ...opts, sessionId: this.id, approvalId, decision });
+  }
+
+  /**
+   * Replaces this `network: 'proxy'` session's rules; see Client.setNetworkRules.
+   * @param {{allowDomains?: string[], denyDomains?: string[]} & CallOptions} [rules]
+   * @returns {Promise<void>}
+   */
+  setNetworkRules(rules = {}) {
+    return this.client.setNetworkRules({ ...rules, sessionId: this.id });
   }
 
   /** Closes the session (idempotent; an already expired session counts as closed). */

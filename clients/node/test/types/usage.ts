@@ -34,6 +34,13 @@ export async function use(address: string = defaultTarget()): Promise<void> {
   // @ts-expect-error: not a sandbox mode
   await client.openSession({ mode: 'sandboxed' });
   const attached: Session = client.session(session.id);
+  const proxied: Session = await client.openSession({ network: 'proxy', allowDomains: ['pypi.org', '*.pythonhosted.org:443'], denyDomains: [] });
+  await proxied.setNetworkRules({ allowDomains: ['github.com'], deadlineMs: 5_000 });
+  await client.setNetworkRules({ sessionId: proxied.id, denyDomains: ['gist.github.com'] });
+  // @ts-expect-error: not a network mode
+  await client.openSession({ network: 'firewalled' });
+  // @ts-expect-error: rules are an array
+  await proxied.setNetworkRules({ allowDomains: 'github.com' });
 
   const file = await attached.readFile('README.md', { limit: 3, mode: 'indentation', indentation: { maxLevels: 1 } });
   const firstLine: number | undefined = file.lines[0]?.number;

@@ -336,6 +336,9 @@ def open_session_request(
     background_terminal_max_timeout_ms: int | None,
     approval_policy: str | int | None = None,
     approval_timeout_ms: int | None = None,
+    network: str | int | None = None,
+    allow_domains: Sequence[str] = (),
+    deny_domains: Sequence[str] = (),
 ) -> pb.OpenSessionRequest:
     req = pb.OpenSessionRequest(
         cwd=os.path.abspath(os.getcwd() if cwd is None else os.fspath(cwd)),
@@ -364,7 +367,32 @@ def open_session_request(
         req.approval_policy = _enum(pb.ApprovalPolicy, "APPROVAL_POLICY_", approval_policy)
     if approval_timeout_ms is not None:
         req.approval_timeout_ms = approval_timeout_ms
+    # The network mode and the proxy's rules go as given: the daemon alone judges them (a
+    # contradiction such as network_access=True with "proxy" or "off", rules without "proxy", a
+    # malformed rule), refusing with InvalidArgument naming the field, as for the CLI.
+    if network is not None:
+        req.network_mode = _enum(pb.NetworkMode, "NETWORK_MODE_", network)
+    req.allow_domains.extend(_rules("allow_domains", allow_domains))
+    req.deny_domains.extend(_rules("deny_domains", deny_domains))
     return req
+
+
+def _rules(what: str, rules: Sequence[str]) -> list[str]:
+    """Domain rules as a list; a lone string (``"example.com"``, which would otherwise go as its
+    characters) is a TypeError."""
+    if isinstance(rules, (str, bytes)):
+        raise TypeError(f"{what} is a list of rules, e.g. [{rules!r}], not a string")
+    return list(rules)
+
+
+def set_network_rules_request(
+    session_id: str, allow_domains: Sequence[str], deny_domains: Sequence[str]
+) -> pb.SetNetworkRulesRequest:
+    return pb.SetNetworkRulesRequest(
+        session_id=session_id,
+        allow_domains=_rules("allow_domains", allow_domains),
+        deny_domains=_rules("deny_domains", deny_domains),
+    )
 
 
 def read_file_request(

@@ -217,6 +217,9 @@ class AsyncClient:
         background_terminal_max_timeout_ms: int | None = None,
         approval_policy: str | int | None = None,
         approval_timeout_ms: int | None = None,
+        network: str | int | None = None,
+        allow_domains: Sequence[str] = (),
+        deny_domains: Sequence[str] = (),
         timeout: float | None = None,
     ) -> AsyncSession:
         """Opens a session (``async with await client.open_session(...) as s``); the settings
@@ -229,8 +232,21 @@ class AsyncClient:
             update_plan=update_plan, view_image=view_image, no_image_input=no_image_input,
             background_terminal_max_timeout_ms=background_terminal_max_timeout_ms,
             approval_policy=approval_policy, approval_timeout_ms=approval_timeout_ms,
+            network=network, allow_domains=allow_domains, deny_domains=deny_domains,
         )  # fmt: skip
         return AsyncSession(self, await self._unary("sessions", "OpenSession", req, timeout))
+
+    async def set_network_rules(
+        self,
+        session_id: str,
+        allow_domains: Sequence[str] = (),
+        deny_domains: Sequence[str] = (),
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """See :meth:`corral_client.Client.set_network_rules`."""
+        req = _core.set_network_rules_request(session_id, allow_domains, deny_domains)
+        await self._unary("sessions", "SetNetworkRules", req, timeout)
 
     def session(self, session_id: str) -> AsyncSession:
         """Attaches to a session opened earlier (by this or another client): nothing is sent, an
@@ -457,6 +473,11 @@ class AsyncSession(SessionBase):
         self, approval_id: str, decision: str | int | bool | None, **kw: Any
     ) -> pb.DecideApprovalResponse:
         return await self.client.decide_approval(self.id, approval_id, decision, **kw)
+
+    async def set_network_rules(
+        self, allow_domains: Sequence[str] = (), deny_domains: Sequence[str] = (), **kw: Any
+    ) -> None:
+        await self.client.set_network_rules(self.id, allow_domains, deny_domains, **kw)
 
 
 class AsyncShellStream:

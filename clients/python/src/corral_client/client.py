@@ -177,6 +177,9 @@ class Client:
         background_terminal_max_timeout_ms: int | None = None,
         approval_policy: str | int | None = None,
         approval_timeout_ms: int | None = None,
+        network: str | int | None = None,
+        allow_domains: Sequence[str] = (),
+        deny_domains: Sequence[str] = (),
         timeout: float | None = None,
     ) -> Session:
         """Opens a session; use it as a context manager so it is closed on exit.
@@ -196,6 +199,18 @@ class Client:
         ``"on-request"``, ``"never"``; unset: nothing is asked) makes some command calls come back
         with an ``approval`` request instead of a result (see :meth:`decide_approval`); a request
         waits ``approval_timeout_ms`` (default ten minutes).
+
+        ``network`` is how commands reach the network: ``"off"``, ``"on"`` (read-only and
+        workspace-write; danger-full-access always has it) or ``"proxy"`` (or a ``NetworkMode``
+        value); unset, ``network_access`` decides, as before (on, or off). A ``"proxy"`` session's
+        commands reach only the hosts ``allow_domains`` names, through corral's egress proxy
+        (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` are set for them): ``"example.com"``
+        exactly, ``"*.example.com"`` its subdomains, either with ``":PORT"`` or
+        ``":PORT,PORT"``; ``deny_domains`` are refused even when an allow rule matches.
+        :meth:`set_network_rules` replaces the rules later. The daemon judges the combination:
+        ``network_access=True`` with ``"off"`` or ``"proxy"``, rules without ``"proxy"``, a
+        malformed rule or ``"proxy"`` in danger-full-access raise :class:`InvalidArgument`, whose
+        ``field_violations`` name the field (``network_mode``, ``allow_domains[1]``, …).
         """
         req = _core.open_session_request(
             cwd, mode, writable_roots=writable_roots, network_access=network_access, env=env,
@@ -204,8 +219,25 @@ class Client:
             update_plan=update_plan, view_image=view_image, no_image_input=no_image_input,
             background_terminal_max_timeout_ms=background_terminal_max_timeout_ms,
             approval_policy=approval_policy, approval_timeout_ms=approval_timeout_ms,
+            network=network, allow_domains=allow_domains, deny_domains=deny_domains,
         )  # fmt: skip
         return Session(self, self._unary("sessions", "OpenSession", req, timeout))
+
+    def set_network_rules(
+        self,
+        session_id: str,
+        allow_domains: Sequence[str] = (),
+        deny_domains: Sequence[str] = (),
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Replaces a ``network="proxy"`` session's allow and deny rules (the same syntax as
+        :meth:`open_session`'s; none allowed: nothing is reachable). New connections follow them;
+        one already open keeps what let it in. A session of another network mode is
+        :class:`FailedPrecondition`; a malformed rule :class:`InvalidArgument`, its
+        ``field_violations`` naming it (``allow_domains[0]``), and the rules stay as they were."""
+        req = _core.set_network_rules_request(session_id, allow_domains, deny_domains)
+        self._unary("sessions", "SetNetworkRules", req, timeout)
 
     def session(self, session_id: str) -> Session:
         """Attaches to a session opened earlier (by this or another client, e.g. another
@@ -490,6 +522,12 @@ class Session(SessionBase):
     def decide_approval(self, approval_id: str, decision: str | int | bool | None, **kw: Any) -> pb.DecideApprovalResponse:
         """See :meth:`Client.decide_approval`."""
         return self.client.decide_approval(self.id, approval_id, decision, **kw)
+
+    def set_network_rules(
+        self, allow_domains: Sequence[str] = (), deny_domains: Sequence[str] = (), **kw: Any
+    ) -> None:
+        """See :meth:`Client.set_network_rules`."""
+        self.client.set_network_rules(self.id, allow_domains, deny_domains, **kw)
 
 
 class ShellStream:
