@@ -8,7 +8,7 @@ use crate::daemon::error::CallError;
 use crate::egress::addresses::{Addresses, Net};
 use crate::egress::proxy::{Limits, Proxy};
 use crate::egress::resolve::{OverrideResolver, Resolver, SystemResolver};
-use crate::egress::rules::Rules;
+use crate::egress::rules::{DomainRule, Rules};
 use crate::sync::LockExt;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +33,11 @@ pub struct EgressConfig {
     /// Names the proxy answers without DNS (pinned internal names; tests).
     #[serde(default)]
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
+    /// The most a session may allow: when set, each of a session's allow rules must let
+    /// through nothing these do not (`*.pypi.org` permits `files.pypi.org`, not `pypi.org`;
+    /// a permitted rule with ports permits only rules with some of those ports).
+    #[serde(default)]
+    pub permitted_domains: Vec<String>,
 }
 
 /// What every session's proxy shares: the operator's address rules, corral's own listeners
@@ -41,6 +46,8 @@ pub struct EgressConfig {
 pub struct EgressSettings {
     allow_private: bool,
     allowed_networks: Vec<Net>,
+    /// The operator's bound on sessions' allow rules (`None`: no bound).
+    permitted: Option<Arc<Vec<DomainRule>>>,
     listeners: Arc<Mutex<Vec<SocketAddr>>>,
     resolver: Arc<dyn Resolver>,
 }
@@ -62,9 +69,18 @@ impl EgressConfig {
             let map: HashMap<String, Vec<IpAddr>> = self.hosts.clone().into_iter().collect();
             Arc::new(OverrideResolver::new(map, Some(SystemResolver)))
         };
+        let permitted = self
+            .permitted_domains
+            .iter()
+            .map(|d| {
+                DomainRule::parse("permitted", d)
+                    .map_err(|e| format!("egress.permitted_domains: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(EgressSettings {
             allow_private: self.allow_private,
             allowed_networks: nets,
+            permitted: (!permitted.is_empty()).then(|| Arc::new(permitted)),
             listeners: Arc::default(),
             resolver,
         })
@@ -115,6 +131,29 @@ impl std::fmt::Debug for Registration {
 }
 
 impl EgressSettings {
+    /// Refuses rules that allow more than the operator permits, naming the first such allow
+    /// rule (its index in the session's list).
+    pub fn check_bound(&self, rules: &Rules) -> Result<(), CallError> {
+        let Some(permitted) = &self.permitted else {
+            return Ok(());
+        };
+        match rules.first_outside(permitted) {
+            None => Ok(()),
+            Some((at, rule)) => Err(CallError::InvalidField {
+                field: format!("allow_domains[{at}]"),
+                message: format!(
+                    "allow rule `{rule}` lets through more than this daemon's operator permits \
+                     (egress.permitted_domains: {}); narrow it to one of those",
+                    permitted
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+
     /// One of corral's own listeners (gRPC over TCP, health, metrics): no proxy connects to it,
     /// whatever a name resolves to or the operator's networks allow.
     pub fn add_listener(&self, addr: SocketAddr) {

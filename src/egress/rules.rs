@@ -162,6 +162,28 @@ impl DomainRule {
         })
     }
 
+    /// Whether every host and port this rule lets through, `outer` lets through too: the bound
+    /// an operator's permitted domains set on a session's allow rules.
+    pub fn within(&self, outer: &DomainRule) -> bool {
+        let below = self
+            .name
+            .strip_suffix(outer.name.as_str())
+            .and_then(|head| head.strip_suffix('.'))
+            .is_some_and(|head| !head.is_empty());
+        let names = match (self.subdomains, outer.subdomains) {
+            // A name inside outer's subdomains is strictly below outer's name (a wildcard
+            // never covers its apex); subdomains are inside subdomains of the same name too.
+            (false, true) => below,
+            (true, true) => below || self.name == outer.name,
+            (false, false) => self.name == outer.name,
+            // Every subdomain is never inside one exact name.
+            (true, false) => false,
+        };
+        let ports = outer.ports.is_empty()
+            || (!self.ports.is_empty() && self.ports.iter().all(|p| outer.ports.contains(p)));
+        names && ports
+    }
+
     /// `host` must already be lowercase without a trailing dot.
     fn matches(&self, host: &str, port: u16) -> bool {
         let name_ok = if self.subdomains {
@@ -252,6 +274,16 @@ impl Rules {
         })
     }
 
+    /// The first allow rule (its index and text) that lets through a host or port none of
+    /// `permitted` does: what an operator's bound refuses.
+    pub fn first_outside(&self, permitted: &[DomainRule]) -> Option<(usize, String)> {
+        self.allow
+            .iter()
+            .enumerate()
+            .find(|(_, r)| !permitted.iter().any(|p| r.within(p)))
+            .map(|(i, r)| (i, r.to_string()))
+    }
+
     /// Deny rules first: any match refuses. Then the first allow rule that matches.
     pub fn decide(&self, host: &str, port: u16) -> Verdict {
         let host = host.to_ascii_lowercase();
@@ -294,6 +326,28 @@ impl Rules {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_rule_is_within_an_operators_bound_only_when_it_lets_nothing_more_through() {
+        let r = |t: &str| DomainRule::parse("allow", t).unwrap();
+        assert!(r("pypi.org").within(&r("pypi.org")));
+        assert!(r("files.pythonhosted.org").within(&r("*.pythonhosted.org")));
+        assert!(r("*.a.pythonhosted.org").within(&r("*.pythonhosted.org")));
+        assert!(r("*.pythonhosted.org").within(&r("*.pythonhosted.org")));
+        assert!(
+            !r("pythonhosted.org").within(&r("*.pythonhosted.org")),
+            "the apex"
+        );
+        assert!(!r("*.pythonhosted.org").within(&r("files.pythonhosted.org")));
+        assert!(!r("evilpythonhosted.org").within(&r("*.pythonhosted.org")));
+        assert!(
+            !r("pypi.org").within(&r("pypi.org:443")),
+            "any port is wider than 443"
+        );
+        assert!(r("pypi.org:443").within(&r("pypi.org:443,80")));
+        assert!(!r("pypi.org:443,22").within(&r("pypi.org:443,80")));
+        assert!(r("pypi.org:443").within(&r("pypi.org")));
+    }
+
     use super::*;
 
     fn rules(allow: &[&str], deny: &[&str]) -> Rules {

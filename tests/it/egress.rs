@@ -438,3 +438,75 @@ async fn environment_context(d: &Daemon, id: &str) -> String {
         .into_inner()
         .environment_context
 }
+
+#[tokio::test]
+async fn the_operator_bounds_what_a_session_may_allow() {
+    let state = outside();
+    let config = state.path().join("corral.toml");
+    std::fs::write(
+        &config,
+        "[egress]\npermitted_domains = [\"pypi.org:443\", \"*.pythonhosted.org\"]\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&["--config", config.to_str().unwrap()]).await;
+    let cwd = scratch();
+    let open = |allow: &[&str]| api::OpenSessionRequest {
+        cwd: cwd.path().to_string_lossy().into_owned(),
+        mode: SandboxMode::ReadOnly as i32,
+        network_mode: api::NetworkMode::Proxy as i32,
+        allow_domains: allow.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let id = d
+        .open_with(open(&["pypi.org:443", "files.pythonhosted.org"]))
+        .await;
+    for (allow, at) in [
+        (vec!["pypi.org"], "allow_domains[0]"), // any port is wider than 443
+        (
+            vec!["files.pythonhosted.org", "pythonhosted.org"],
+            "allow_domains[1]",
+        ), // the apex
+        (vec!["evil.test"], "allow_domains[0]"),
+    ] {
+        let err = d.try_open_with(open(&allow)).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            tonic::Code::InvalidArgument,
+            "{allow:?}: {err:?}"
+        );
+        assert!(err.message().contains("permits"), "{}", err.message());
+        use tonic_types::StatusExt;
+        assert_eq!(
+            err.get_details_bad_request().unwrap().field_violations[0].field,
+            at
+        );
+        // Nor may an open session widen itself later.
+        let err = d
+            .sessions()
+            .await
+            .set_network_rules(api::SetNetworkRulesRequest {
+                session_id: id.clone(),
+                allow_domains: allow.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.code(),
+            tonic::Code::InvalidArgument,
+            "{allow:?}: {err:?}"
+        );
+    }
+    // A bound that would permit everything is a configuration error the daemon names.
+    let bad = state.path().join("bad.toml");
+    std::fs::write(&bad, "[egress]\npermitted_domains = [\"*\"]\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["serve", "--config", bad.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("egress.permitted_domains"),
+        "{text}"
+    );
+}

@@ -37,6 +37,7 @@ impl CorralService {
             ));
         }
         let rules = rules_of(&proxy.allow, &proxy.deny)?;
+        self.egress.check_bound(&rules)?;
         let (audit, session, uid) = (self.audit.clone(), id.to_string(), caller.uid);
         let registration = self.egress.register(
             id,
@@ -69,11 +70,9 @@ impl CorralService {
                 if session.policy.network { "on" } else { "off" }
             )));
         };
-        egress.replace(
-            rules_of(&req.allow_domains, &req.deny_domains)?,
-            &req.allow_domains,
-            &req.deny_domains,
-        );
+        let rules = rules_of(&req.allow_domains, &req.deny_domains)?;
+        self.egress.check_bound(&rules)?;
+        egress.replace(rules, &req.allow_domains, &req.deny_domains);
         tracing::info!(session = %session.id, allow = ?req.allow_domains, deny = ?req.deny_domains, "network rules changed");
         Ok(())
     }
