@@ -24,6 +24,58 @@ async fn list(channel: &Connection) -> Result<Vec<api::SessionInfo>, Failure> {
 }
 
 /// `corral sessions`: id, mode, idle time, network and cwd of each open session.
+/// `corral egress-log ID`: one line per decision of a proxied session's egress proxy.
+pub(super) async fn egress_log(
+    common: &Common,
+    channel: Connection,
+    id: String,
+) -> Result<i32, Failure> {
+    let log = SessionsClient::new(channel)
+        .get_egress_log(api::GetEgressLogRequest { session_id: id })
+        .await?
+        .into_inner();
+    if common.json {
+        let rows: Vec<_> = log
+            .decisions
+            .iter()
+            .map(|d| {
+                json!({
+                    "time_unix_ms": d.time_unix_ms, "method": d.method, "host": d.host,
+                    "port": d.port, "allowed": d.allowed, "rule": d.rule, "reason": d.reason,
+                    "address": d.address, "bytes_up": d.bytes_up, "bytes_down": d.bytes_down,
+                    "duration_ms": d.duration_ms,
+                })
+            })
+            .collect();
+        println!("{}", json!({ "decisions": rows, "dropped": log.dropped }));
+        return Ok(0);
+    }
+    if log.dropped > 0 {
+        println!("({} older decisions no longer kept)", log.dropped);
+    }
+    for d in &log.decisions {
+        // Host names and reasons come from what a sandboxed command sent: nothing raw reaches
+        // the terminal.
+        println!(
+            "{:<7}  {:<7}  {}:{}  {}  up {} B, down {} B, {} ms{}",
+            if d.allowed { "allowed" } else { "denied" },
+            d.method,
+            super::approve::visible(&d.host),
+            d.port,
+            super::approve::visible(&d.rule),
+            d.bytes_up,
+            d.bytes_down,
+            d.duration_ms,
+            if d.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", super::approve::visible(&d.reason))
+            }
+        );
+    }
+    Ok(0)
+}
+
 pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32, Failure> {
     let sessions = list(&channel).await?;
     if common.json {
@@ -33,6 +85,7 @@ pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32
                 json!({
                     "session_id": s.session_id, "cwd": s.cwd, "mode": mode_name(s.mode),
                     "writable_roots": s.writable_roots, "network_access": s.network_access,
+                    "network_mode": network_name(s),
                     "profile": s.profile, "tools": s.tools, "idle_seconds": s.idle_seconds,
                 })
             })
@@ -59,11 +112,7 @@ pub(super) async fn sessions(common: &Common, channel: Connection) -> Result<i32
             s.session_id,
             mode_name(s.mode),
             format!("{}s", s.idle_seconds),
-            match api::NetworkMode::try_from(s.network_mode) {
-                Ok(api::NetworkMode::Proxy) => "proxy",
-                _ if s.network_access => "on",
-                _ => "off",
-            },
+            network_name(s),
             // A path is the user's, but may hold anything: nothing reaches the terminal raw.
             super::approve::visible(&s.cwd)
         ));
@@ -145,4 +194,13 @@ pub(super) async fn processes(
     }
     print!("{text}");
     Ok(0)
+}
+
+/// A session's network as the CLI names it.
+fn network_name(s: &api::SessionInfo) -> &'static str {
+    match api::NetworkMode::try_from(s.network_mode) {
+        Ok(api::NetworkMode::Proxy) => "proxy",
+        _ if s.network_access => "on",
+        _ => "off",
+    }
 }

@@ -97,6 +97,17 @@ pub struct Registration {
     proxy: Arc<Proxy>,
     /// The rules in force, as the client wrote them (for the prompt context's `<network>`).
     written: Mutex<crate::wire::NetworkRules>,
+    /// The latest decisions, for GetEgressLog.
+    log: Arc<Mutex<Log>>,
+}
+
+/// How many decisions a session keeps for GetEgressLog.
+const LOG_KEPT: usize = 1000;
+
+#[derive(Default)]
+struct Log {
+    decisions: std::collections::VecDeque<crate::api::EgressDecision>,
+    dropped: u64,
 }
 
 impl Registration {
@@ -115,6 +126,15 @@ impl Registration {
     /// The rules in force, as written.
     pub fn written(&self) -> crate::wire::NetworkRules {
         self.written.locked().clone()
+    }
+
+    /// The latest decisions, oldest first, and how many older ones were let go.
+    pub fn log(&self) -> crate::api::GetEgressLogResponse {
+        let log = self.log.locked();
+        crate::api::GetEgressLogResponse {
+            decisions: log.decisions.iter().cloned().collect(),
+            dropped: log.dropped,
+        }
     }
 }
 
@@ -175,12 +195,25 @@ impl EgressSettings {
             &self.allowed_networks,
             self.listeners.locked().clone(),
         );
+        let log: Arc<Mutex<Log>> = Arc::default();
+        let kept = log.clone();
+        let record: crate::egress::DecisionSink = Arc::new(move |d: crate::egress::Decision| {
+            {
+                let mut log = kept.locked();
+                if log.decisions.len() == LOG_KEPT {
+                    log.decisions.pop_front();
+                    log.dropped += 1;
+                }
+                log.decisions.push_back(entry_of(&d));
+            }
+            on_decision(d);
+        });
         let proxy = Arc::new(Proxy::new(
             rules,
             addresses,
             self.resolver.clone(),
             Limits::default(),
-            on_decision,
+            record,
         ));
         PROXIES.locked().insert(session.to_string(), proxy.clone());
         Registration {
@@ -190,7 +223,27 @@ impl EgressSettings {
                 allowed: allowed.to_vec(),
                 denied: denied.to_vec(),
             }),
+            log,
         }
+    }
+}
+
+/// A decision as GetEgressLog gives it.
+fn entry_of(d: &crate::egress::Decision) -> crate::api::EgressDecision {
+    crate::api::EgressDecision {
+        time_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        host: d.host.clone(),
+        port: u32::from(d.port),
+        allowed: d.allowed,
+        rule: d.rule.clone(),
+        reason: d.reason.clone(),
+        address: d.address.map(|a| a.to_string()).unwrap_or_default(),
+        bytes_up: d.bytes_up,
+        bytes_down: d.bytes_down,
+        duration_ms: u64::try_from(d.duration.as_millis()).unwrap_or(u64::MAX),
+        method: d.method.to_string(),
     }
 }
 

@@ -282,6 +282,43 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         "{env}"
     );
 
+    // And queryable per session.
+    let log = d
+        .sessions()
+        .await
+        .get_egress_log(api::GetEgressLogRequest {
+            session_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        log.decisions.iter().any(|e| e.host == "meta.test"
+            && !e.allowed
+            && e.address.starts_with("169.254.169.254")),
+        "{log:?}"
+    );
+    assert!(
+        log.decisions.iter().any(|e| e.host == "allowed.test"
+            && e.allowed
+            && e.method == "CONNECT"
+            && e.bytes_down > 20),
+        "{log:?}"
+    );
+
+    let (code, out) = common::host_sh(&format!(
+        "{} egress-log --socket {} {id} 2>&1",
+        common::client_binary().display(),
+        d.target()
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("denied")
+            && l.contains("meta.test:80")
+            && l.contains("169.254.169.254")),
+        "{out}"
+    );
+
     // Every decision is on the audit log, with the rule that made it.
     let log = std::fs::read_to_string(&s.audit).unwrap();
     let lines: Vec<serde_json::Value> = log

@@ -202,6 +202,11 @@ pub enum ClientCommand {
         /// The session's id (`corral sessions` lists yours).
         id: String,
     },
+    /// A `--network proxy` session's latest egress decisions, oldest first.
+    EgressLog {
+        /// The session's id.
+        id: String,
+    },
     /// Replace a `--network proxy` session's allow and deny rules (new connections follow).
     SetNetworkRules {
         /// The session's id.

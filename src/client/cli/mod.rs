@@ -77,6 +77,7 @@ async fn execute(common: &Common, command: ClientCommand) -> Result<i32, Failure
             shell_tool,
         } => info::tools(common, channel, format, session, shell_tool).await,
         ClientCommand::Sessions => inventory::sessions(common, channel).await,
+        ClientCommand::EgressLog { id } => inventory::egress_log(common, channel, id).await,
         ClientCommand::Ps { session } => inventory::processes(common, channel, session).await,
         ClientCommand::Exec(args) => exec::run(common, channel, args).await,
         ClientCommand::OpenSession {

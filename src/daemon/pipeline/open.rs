@@ -77,6 +77,22 @@ impl CorralService {
         Ok(())
     }
 
+    /// GetEgressLog: a proxied session's latest decisions.
+    pub(in crate::daemon) fn egress_log(
+        &self,
+        caller: Caller,
+        session_id: &str,
+    ) -> Result<api::GetEgressLogResponse, CallError> {
+        let session = self.session(session_id, caller)?;
+        match &session.egress {
+            Some(egress) => Ok(egress.log()),
+            None => Err(CallError::Unmet(format!(
+                "session `{}` is not a NETWORK_MODE_PROXY session: it has no egress log",
+                session.id
+            ))),
+        }
+    }
+
     pub(in crate::daemon) async fn open(
         &self,
         caller: Caller,

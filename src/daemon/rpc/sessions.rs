@@ -41,6 +41,16 @@ impl Sessions for CorralService {
         Ok(Response::new(api::SetNetworkRulesResponse {}))
     }
 
+    async fn get_egress_log(
+        &self,
+        request: Request<api::GetEgressLogRequest>,
+    ) -> Result<Response<api::GetEgressLogResponse>, Status> {
+        let caller = self.auth.caller_of(&request)?;
+        Ok(Response::new(
+            self.egress_log(caller, &request.get_ref().session_id)?,
+        ))
+    }
+
     async fn list_sessions(
         &self,
         request: Request<api::ListSessionsRequest>,
