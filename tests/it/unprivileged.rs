@@ -712,3 +712,39 @@ async fn degraded_namespaces_still_confine_and_say_so() {
     }
     assert!(r.output.contains("Operation not permitted"), "{}", r.output);
 }
+
+/// A proxied session needs a root daemon (the proxy's listener is placed in the sandbox's
+/// network namespace with setns). Without root the session does not open — saying why — and
+/// never opens with the network on instead.
+#[tokio::test]
+async fn a_proxied_session_fails_closed_without_root() {
+    let Some((who, d)) = user_daemon("egr", &[]).await else {
+        return;
+    };
+    let cwd = who.scratch();
+    let err = d
+        .try_open_with(api::OpenSessionRequest {
+            cwd: cwd.path().display().to_string(),
+            mode: RO as i32,
+            network_mode: api::NetworkMode::Proxy as i32,
+            allow_domains: vec!["example.com".into()],
+            env: common::session_env(cwd.path()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err:?}");
+    assert!(
+        err.message().contains("egress proxy") && err.message().contains("root"),
+        "{}",
+        err.message()
+    );
+    // A plain session still opens.
+    d.open_with(api::OpenSessionRequest {
+        cwd: cwd.path().display().to_string(),
+        mode: RO as i32,
+        env: common::session_env(cwd.path()),
+        ..Default::default()
+    })
+    .await;
+}
