@@ -10,8 +10,10 @@
 //! - throughput: `curl -o /dev/null -w '%{speed_download}…' http://bench.test:PORT/big` in the
 //!   proxied session, plain HTTP through the proxy (absolute-form) and through a CONNECT tunnel
 //!   (`--proxytunnel`), against the same curl in the network-on session straight to the server
-//!   (`--noproxy '*' --resolve bench.test:PORT:127.0.0.2`); `CORRAL_BENCH_RUNS` (default 5)
-//!   downloads per variant, rotating order, median MB/s. Goal: proxy ÷ direct ≥ 0.8.
+//!   (`--noproxy '*' --resolve bench.test:PORT:127.0.0.2`); `CORRAL_BENCH_RUNS` (default 10)
+//!   downloads per variant, rotating order, median MB/s. Goal: proxy ÷ direct ≥ 0.8. Each
+//!   download's CPU is recorded too: curl's (bash's `time`), the daemon's (its threads'
+//!   `/proc/PID/task/*/schedstat`, so the proxy's share) and this process's (the server's).
 //! - connection set-up: one curl per round fetches `/tiny` from fresh connections
 //!   (`Connection: close`, checked with `%{num_connects}`), printing `-w` per transfer, so
 //!   curl's own start is not in the times; the first transfer of each invocation is dropped.
@@ -30,6 +32,7 @@ use corral::api::{self, SandboxMode, tools_client::ToolsClient};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::time::Duration;
 use support::{Daemon, env_usize, fail, load_average};
 use tonic::transport::Channel;
 
@@ -122,6 +125,7 @@ impl Variant {
 
 struct Bench {
     tools: ToolsClient<Channel>,
+    daemon_pid: u32,
     direct: String,
     proxied: String,
     port: u16,
@@ -134,13 +138,11 @@ impl Bench {
                 .args(["-c", script])
                 .output()
                 .unwrap_or_else(|e| fail(&format!("bash: {e}")));
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            // stdout, then stderr: the order curl's `-w` and bash's `time` come in anyway.
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
             if !out.status.success() {
-                fail(&format!(
-                    "`{script}` on the host: {}\n{text}{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+                fail(&format!("`{script}` on the host: {}\n{text}", out.status));
             }
             return text;
         }
@@ -174,20 +176,30 @@ impl Bench {
         out
     }
 
-    /// One 100 MB download; curl's average speed in bytes per second.
-    async fn download(&mut self, v: Variant, bytes: usize) -> f64 {
+    /// One big download: curl's average speed in bytes per second and the CPU it took (curl's,
+    /// the daemon's, this process's, i.e. the server's).
+    async fn download(&mut self, v: Variant, bytes: usize) -> (f64, [Duration; 3]) {
+        // bash's `time` reports curl's user + system CPU after curl's own `-w` line.
         let script = format!(
-            "{} -o /dev/null -w '%{{http_code}} %{{size_download}} %{{speed_download}}\\n' \
-             http://{HOST}:{}/big",
+            "TIMEFORMAT='%3U %3S'; time {} -o /dev/null \
+             -w '%{{http_code}} %{{size_download}} %{{speed_download}}\\n' http://{HOST}:{}/big",
             v.curl(self.port),
             self.port
         );
+        let (daemon0, self0) = (thread_cpu(self.daemon_pid), self_cpu());
         let out = self.sh(v, &script).await;
+        let (daemon1, self1) = (thread_cpu(self.daemon_pid), self_cpu());
         let f: Vec<&str> = out.split_whitespace().collect();
+        let secs = |x: &str| Duration::from_secs_f64(x.parse().unwrap_or_else(|_| fail(&out)));
         match f.as_slice() {
-            [code, size, speed] if *code == "200" && size.parse() == Ok(bytes) => {
-                speed.parse().unwrap_or_else(|_| fail(&out))
-            }
+            [code, size, speed, user, sys] if *code == "200" && size.parse() == Ok(bytes) => (
+                speed.parse().unwrap_or_else(|_| fail(&out)),
+                [
+                    secs(user) + secs(sys),
+                    daemon1.saturating_sub(daemon0),
+                    self1.saturating_sub(self0),
+                ],
+            ),
             _ => fail(&format!("{}: unexpected curl output: {out}", v.label())),
         }
     }
@@ -230,6 +242,28 @@ impl Bench {
     }
 }
 
+/// CPU time of every live thread of `pid` (`/proc/PID/task/*/schedstat`, nanoseconds on CPU).
+fn thread_cpu(pid: u32) -> Duration {
+    let ns: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_nanos(ns)
+}
+
+/// This process's CPU time, ended threads included (`getrusage(RUSAGE_SELF)`).
+fn self_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -249,7 +283,7 @@ fn pct(sorted: &[f64], q: f64) -> f64 {
 fn main() {
     support::block_on(async {
         let bytes = env_usize("CORRAL_BENCH_BYTES", 100_000_000);
-        let runs = env_usize("CORRAL_BENCH_RUNS", 5).max(1);
+        let runs = env_usize("CORRAL_BENCH_RUNS", 10).max(1);
         let n = env_usize("CORRAL_BENCH_N", 50).max(1);
         let rounds = env_usize("CORRAL_BENCH_ROUNDS", 5).clamp(1, n);
         let port = upstream(bytes);
@@ -282,6 +316,7 @@ fn main() {
         let channel = daemon.channel().await.unwrap_or_else(|e| fail(&e));
         let mut b = Bench {
             tools: ToolsClient::new(channel),
+            daemon_pid: daemon.pid(),
             direct,
             proxied,
             port,
@@ -296,10 +331,15 @@ fn main() {
 
         // Throughput, variants rotating.
         let mut speeds: [Vec<f64>; 4] = Default::default();
+        let mut cpu = [[Duration::ZERO; 3]; 4];
         for r in 0..runs {
             for k in 0..4 {
                 let i = (r + k) % 4;
-                speeds[i].push(b.download(Variant::ALL[i], bytes).await);
+                let (speed, used) = b.download(Variant::ALL[i], bytes).await;
+                speeds[i].push(speed);
+                for (total, d) in cpu[i].iter_mut().zip(used) {
+                    *total += d;
+                }
             }
         }
 
@@ -326,19 +366,25 @@ fn main() {
             "\nthroughput: {bytes} bytes from 127.0.0.2 by curl in the sandbox, {runs} runs \
              per variant, rotating\n"
         );
-        println!("| variant | median MB/s | min–max MB/s | ratio to direct |");
-        println!("|---|---:|---:|---:|");
+        println!(
+            "| variant | median MB/s | min–max MB/s | ratio to direct | CPU ms per 100 MB: curl \
+             / daemon / server / sum |"
+        );
+        println!("|---|---:|---:|---:|---:|");
         let mb = 1e6;
         let direct_median = median(&mut speeds[0].clone()) / mb;
         for (i, v) in Variant::ALL.into_iter().enumerate() {
             let s = &mut speeds[i];
             let m = median(s) / mb;
+            let per = |d: Duration| d.as_secs_f64() * 1e3 * 1e8 / (runs * bytes) as f64;
+            let [c, d, srv] = cpu[i].map(per);
             println!(
-                "| {} | {m:.0} | {:.0}–{:.0} | {:.2}× |",
+                "| {} | {m:.0} | {:.0}–{:.0} | {:.2}× | {c:.0} / {d:.0} / {srv:.0} / {:.0} |",
                 v.label(),
                 s[0] / mb,
                 s[s.len() - 1] / mb,
-                m / direct_median
+                m / direct_median,
+                c + d + srv
             );
         }
         let ratio = |i: usize| median(&mut speeds[i].clone()) / mb / direct_median;
