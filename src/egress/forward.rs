@@ -95,6 +95,12 @@ pub struct Tunnel {
     pub report: Report,
 }
 
+/// Each direction of a tunnel copies through a buffer this size: tokio's default 8 KiB made a
+/// CONNECT download cost the daemon twice the CPU of a forwarded plain-HTTP one (docs/
+/// BENCHMARKS.md §11). At most 2 × this per connection, and a session has at most
+/// `Limits::max_connections`.
+const TUNNEL_BUFFER: usize = 64 * 1024;
+
 impl Tunnel {
     /// Copies both ways until either side closes or nothing moves for `idle`.
     pub async fn run(self, idle: Duration) {
@@ -114,7 +120,12 @@ impl Tunnel {
             }
         };
         tokio::select! {
-            copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            copied = tokio::io::copy_bidirectional_with_sizes(
+                &mut client,
+                &mut upstream,
+                TUNNEL_BUFFER,
+                TUNNEL_BUFFER,
+            ) => {
                 // A reset at the end of a tunnel is how many clients close; not worth a reason.
                 if let Err(e) = copied {
                     tracing::debug!("egress tunnel to {}: {e}", report.decision.host);
