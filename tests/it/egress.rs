@@ -254,12 +254,10 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
     );
 
     // New rules for the next connections, through the CLI as a person types them.
-    let (code, out) = common::host_sh(&format!(
-        "{} set-network-rules --socket {} {id} --allow-domain denied.test 2>&1",
-        common::client_binary().display(),
-        d.target()
-    ));
-    assert_eq!(code, 0, "{out}");
+    cli(
+        d,
+        &format!("set-network-rules {id} --allow-domain denied.test"),
+    );
     let ran = d
         .sh(id, &format!("curl -sS http://denied.test:{port}/"))
         .await;
@@ -306,12 +304,7 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         "{log:?}"
     );
 
-    let (code, out) = common::host_sh(&format!(
-        "{} egress-log --socket {} {id} 2>&1",
-        common::client_binary().display(),
-        d.target()
-    ));
-    assert_eq!(code, 0, "{out}");
+    let out = cli(d, &format!("egress-log {id}"));
     assert!(
         out.lines().any(|l| l.starts_with("denied")
             && l.contains("meta.test:80")
@@ -546,4 +539,19 @@ async fn the_operator_bounds_what_a_session_may_allow() {
         !out.status.success() && text.contains("egress.permitted_domains"),
         "{text}"
     );
+}
+
+/// Runs `corral COMMAND --socket … ARGS` as a person would type it; its output, after it
+/// succeeded.
+fn cli(d: &Daemon, command_and_args: &str) -> String {
+    let (command, args) = command_and_args
+        .split_once(' ')
+        .unwrap_or((command_and_args, ""));
+    let (code, out) = common::host_sh(&format!(
+        "{} {command} --socket {} {args} 2>&1",
+        common::client_binary().display(),
+        d.target()
+    ));
+    assert_eq!(code, 0, "{command_and_args}: {out}");
+    out
 }
