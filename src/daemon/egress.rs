@@ -249,10 +249,20 @@ fn entry_of(d: &crate::egress::Decision) -> crate::api::EgressDecision {
 
 /// What a proxied session's commands get in their environment: the proxy, for every tool that
 /// reads the usual variables, and loopback left direct (the sandbox's own servers).
+/// `HTTP_PROXY` and `HTTPS_PROXY` name it as an HTTP proxy (`http://`, CONNECT for https);
+/// `ALL_PROXY`, which tools such as curl and git use for what those two do not cover, names it
+/// as a SOCKS5 proxy with remote resolution (`socks5h://`: the proxy resolves the name and
+/// decides by it; a client resolving names itself would send addresses, which are refused).
+/// The same listener serves both. Lower-case forms too.
 pub fn proxy_env(port: u16) -> Vec<(String, String)> {
-    let url = format!("http://127.0.0.1:{port}");
+    let http = format!("http://127.0.0.1:{port}");
+    let socks = format!("socks5h://127.0.0.1:{port}");
     let mut env = Vec::new();
-    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+    for (name, url) in [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("ALL_PROXY", &socks),
+    ] {
         env.push((name.to_string(), url.clone()));
         env.push((name.to_ascii_lowercase(), url.clone()));
     }
