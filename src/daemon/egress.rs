@@ -248,7 +248,11 @@ fn entry_of(d: &crate::egress::Decision) -> crate::api::EgressDecision {
 }
 
 /// What a proxied session's commands get in their environment: the proxy, for every tool that
-/// reads the usual variables, and loopback left direct (the sandbox's own servers).
+/// reads the usual variables (both cases), and loopback left direct (the sandbox's own
+/// servers). All name it as an HTTP proxy (`http://`; CONNECT for https). The same port also
+/// speaks SOCKS5 for other TCP, to a client pointed at it (`socks5h://127.0.0.1:PORT`, names
+/// resolved by the proxy) — but `ALL_PROXY` does not say so: httpx (the OpenAI and Anthropic
+/// SDKs) refuses to start with a SOCKS `ALL_PROXY` unless `socksio` is installed.
 pub fn proxy_env(port: u16) -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{port}");
     let mut env = Vec::new();

@@ -11,6 +11,7 @@ use hyper_util::rt::TokioIo;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -102,16 +103,13 @@ pub struct Tunnel {
 const TUNNEL_BUFFER: usize = 64 * 1024;
 
 impl Tunnel {
-    /// Copies both ways until either side closes or nothing moves for `idle`.
+    /// Waits for the client's socket, then carries the tunnel.
     pub async fn run(self, idle: Duration) {
         let Tunnel {
             upgrade,
             upstream,
             mut report,
         } = self;
-        let meter = Meter::new();
-        report.meter = Some(meter.clone());
-        let mut upstream = Metered::new(upstream, meter.clone());
         let mut client = match upgrade.await {
             Ok(upgraded) => TokioIo::new(upgraded),
             Err(e) => {
@@ -119,22 +117,34 @@ impl Tunnel {
                 return;
             }
         };
-        tokio::select! {
-            copied = tokio::io::copy_bidirectional_with_sizes(
-                &mut client,
-                &mut upstream,
-                TUNNEL_BUFFER,
-                TUNNEL_BUFFER,
-            ) => {
-                // A reset at the end of a tunnel is how many clients close; not worth a reason.
-                if let Err(e) = copied {
-                    tracing::debug!("egress tunnel to {}: {e}", report.decision.host);
-                }
+        carry(&mut client, upstream, &mut report, idle).await;
+    }
+}
+
+/// Copies both ways between an open tunnel's client and upstream (counted on the report's
+/// meter) until either side closes or nothing moves for `idle`.
+pub async fn carry<C>(client: &mut C, upstream: TcpStream, report: &mut Report, idle: Duration)
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let meter = Meter::new();
+    report.meter = Some(meter.clone());
+    let mut upstream = Metered::new(upstream, meter.clone());
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional_with_sizes(
+            client,
+            &mut upstream,
+            TUNNEL_BUFFER,
+            TUNNEL_BUFFER,
+        ) => {
+            // A reset at the end of a tunnel is how many clients close; not worth a reason.
+            if let Err(e) = copied {
+                tracing::debug!("egress tunnel to {}: {e}", report.decision.host);
             }
-            () = meter.idle(idle) => {
-                report.decision.reason =
-                    format!("the tunnel was closed after {} s without traffic", idle.as_secs());
-            }
+        }
+        () = meter.idle(idle) => {
+            report.decision.reason =
+                format!("the tunnel was closed after {} s without traffic", idle.as_secs());
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The egress proxy of network mode `proxy`: a sandbox keeps a network namespace with loopback
-//! only, and its one way out is this HTTP proxy, run by the daemon outside the sandbox on a
-//! listener whose socket lives in the sandbox's namespace.
+//! only, and its one way out is this proxy, run by the daemon outside the sandbox on a
+//! listener whose socket lives in the sandbox's namespace. It speaks HTTP and, on the same
+//! listener, SOCKS5 (`socks`) for TCP that is not HTTP.
 //!
-//! What it enforces, per request (`CONNECT host:port`, or an absolute-form `GET http://…`):
+//! What it enforces, per request (`CONNECT host:port`, an absolute-form `GET http://…`, or a
+//! SOCKS5 CONNECT to a name):
 //! - the *name* against the domain rules (`rules`); an IP literal is refused (a rule allows a
 //!   name, and an address would sidestep it);
 //! - every address the name resolves to against the address policy (`addresses`), connecting
@@ -22,6 +24,7 @@ mod meter;
 pub mod proxy;
 pub mod resolve;
 pub mod rules;
+mod socks;
 
 #[cfg(test)]
 mod tests;
@@ -41,9 +44,11 @@ pub struct Decision {
     /// (no address, upstream unreachable): `reason` then says how.
     pub allowed: bool,
     /// The deciding rule (`allow *.pypi.org`, `deny evil.test`, `no allow rule`), or what
-    /// refused it before any rule was asked (`not a name`, `not a proxy request`).
+    /// refused it before any rule was asked (`not a name`, `not a proxy request`: also a
+    /// SOCKS5 client wanting authentication, BIND or UDP).
     pub rule: String,
-    /// Why it was refused or failed, as the client was told; empty when it was carried.
+    /// Why it was refused or failed, as the client was told (a SOCKS5 client is told only a
+    /// reply code, which the reason names); empty when it was carried.
     pub reason: String,
     /// The upstream address connected to, or the refused address a name resolved to.
     pub address: Option<SocketAddr>,
@@ -53,7 +58,7 @@ pub struct Decision {
     pub bytes_down: u64,
     /// From the request's arrival to the end of the tunnel or response.
     pub duration: Duration,
-    /// `CONNECT`, `GET`, … (`OTHER` for an extension method).
+    /// `CONNECT`, `GET`, … (`OTHER` for an extension method), or `SOCKS5`.
     pub method: &'static str,
 }
 

@@ -1,18 +1,20 @@
-//! The proxy's server side: accepting within the connection bound, HTTP/1.1 with hyper, and the
-//! gate every request passes — a name, the rules, one resolution, the address check, and a
-//! connection to an address that passed.
+//! The proxy's server side: accepting within the connection bound, telling SOCKS5 from HTTP by
+//! a connection's first byte, HTTP/1.1 with hyper, and the gate every request passes (HTTP or
+//! SOCKS5) — a name, the rules, one resolution, the address check, and a connection to an
+//! address that passed.
 
 use super::addresses::Addresses;
 use super::forward::{ProxyBody, Tunnel, forward, method_name, refuse, text};
 use super::resolve::Resolver;
 use super::rules::{Rules, Verdict, looks_like_ip};
-use super::{DecisionSink, Report};
+use super::{DecisionSink, Report, socks};
 use hyper::body::Incoming;
 use hyper::ext::ReasonPhrase;
 use hyper::server::conn::http1;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -27,9 +29,10 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Client connections served at once (a tunnel holds its connection's slot). One more is
-    /// accepted, answered `503` with a text, and closed.
+    /// accepted, answered `503` with a text (a SOCKS5 client: "general failure"), and closed.
     pub max_connections: usize,
-    /// Time to send a request's head (also bounds an idle keep-alive connection).
+    /// Time to send a request's head (also bounds an idle keep-alive connection). For SOCKS5,
+    /// time from accepting the connection to the end of the handshake (greeting and request).
     pub header_timeout: Duration,
     /// Time to resolve the name, and then to connect to the origin.
     pub connect_timeout: Duration,
@@ -54,8 +57,39 @@ pub struct Proxy {
     rules: RwLock<Arc<Rules>>,
     addresses: Arc<Addresses>,
     resolver: Arc<dyn Resolver>,
-    limits: Limits,
-    on_decision: DecisionSink,
+    pub(super) limits: Limits,
+    pub(super) on_decision: DecisionSink,
+}
+
+/// Why the gate gave no connection: for each protocol's answer (an HTTP status, a SOCKS5
+/// reply code), and `why` for the client's text and the report.
+pub(super) struct Refusal {
+    pub kind: Refused,
+    pub why: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// Not a name, the rules, or the address check.
+    Policy,
+    /// The name has no address, or does not resolve.
+    Unresolved,
+    /// Resolving took longer than the connect timeout.
+    ResolveTimeout,
+    /// Connecting failed (the last permitted address's error).
+    Connect(io::ErrorKind),
+    /// Connecting took longer than the connect timeout.
+    ConnectTimeout,
+}
+
+impl Refused {
+    fn status(self) -> StatusCode {
+        match self {
+            Refused::Policy => StatusCode::FORBIDDEN,
+            Refused::Unresolved | Refused::Connect(_) => StatusCode::BAD_GATEWAY,
+            Refused::ResolveTimeout | Refused::ConnectTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
 }
 
 /// The tunnel a CONNECT on this connection opened, handed from the request handler to the
@@ -129,6 +163,28 @@ impl Proxy {
         shutdown: CancellationToken,
     ) {
         let _ = stream.set_nodelay(true);
+        // The first byte tells the protocols apart: a SOCKS5 greeting starts with its version,
+        // 5; an HTTP request with a method's letter. Peeked, so hyper reads the request whole.
+        // The header timeout bounds the wait for it (and, for SOCKS5, the whole handshake; for
+        // HTTP, hyper's own header timeout starts once the byte is there).
+        let deadline = Instant::now() + self.limits.header_timeout;
+        let mut first = [0u8; 1];
+        let peeked = tokio::select! {
+            peeked = timeout_at(deadline, stream.peek(&mut first)) => peeked,
+            () = shutdown.cancelled() => return,
+        };
+        match peeked {
+            Ok(Ok(1)) if first[0] == socks::VERSION => {
+                tokio::select! {
+                    () = socks::serve(&self, stream, deadline) => {}
+                    () = shutdown.cancelled() => {}
+                }
+                return;
+            }
+            Ok(Ok(1)) => {}
+            // Closed, failed, or silent for the whole header timeout.
+            _ => return,
+        }
         let pending = PendingTunnel::default();
         let service = {
             let (proxy, pending, shutdown) = (self.clone(), pending.clone(), shutdown.clone());
@@ -183,7 +239,7 @@ impl Proxy {
         };
         let upstream = match self.open(&mut report, &host, port).await {
             Ok(upstream) => upstream,
-            Err(refusal) => return refusal,
+            Err(Refusal { kind, why }) => return refuse(&mut report, kind.status(), why),
         };
         if !connect {
             return forward(req, upstream, report, self.limits.idle_timeout, shutdown).await;
@@ -201,20 +257,22 @@ impl Proxy {
     }
 
     /// The gate: a name, the rules, one resolution, the address check; then a connection to
-    /// the first address that passed (the one checked) and answers.
-    async fn open(
+    /// the first address that passed (the one checked). Fills in the report's host, port, rule,
+    /// `allowed` and address; a refusal's `why` is the caller's to tell and report.
+    pub(super) async fn open(
         &self,
         report: &mut Report,
         host: &str,
         port: u16,
-    ) -> Result<TcpStream, Response<ProxyBody>> {
+    ) -> Result<TcpStream, Refusal> {
+        let refusal = |kind, why| Err(Refusal { kind, why });
         let host = host.to_ascii_lowercase();
         let host = host.strip_suffix('.').unwrap_or(&host).to_string();
         (report.decision.host, report.decision.port) = (host.clone(), port);
         if looks_like_ip(&host) {
             report.decision.rule = "not a name".to_string();
             let why = "connect by name; IP addresses are not allowed".to_string();
-            return Err(refuse(report, StatusCode::FORBIDDEN, why));
+            return refusal(Refused::Policy, why);
         }
         let rules = self.rules();
         let Verdict { allowed, rule } = rules.decide(&host, port);
@@ -226,23 +284,20 @@ impl Proxy {
                 format!("refused by rule `{rule}`")
             };
             report.decision.rule = rule;
-            return Err(refuse(report, StatusCode::FORBIDDEN, why));
+            return refusal(Refused::Policy, why);
         }
         report.decision.rule = rule;
         let limit = self.limits.connect_timeout;
         let addrs = match timeout(limit, self.resolver.resolve(&host, port)).await {
             Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
-            Ok(Ok(_)) => {
-                let why = format!("{host} has no address");
-                return Err(refuse(report, StatusCode::BAD_GATEWAY, why));
-            }
+            Ok(Ok(_)) => return refusal(Refused::Unresolved, format!("{host} has no address")),
             Ok(Err(e)) => {
                 let why = format!("{host} does not resolve: {e}");
-                return Err(refuse(report, StatusCode::BAD_GATEWAY, why));
+                return refusal(Refused::Unresolved, why);
             }
             Err(_) => {
                 let why = format!("resolving {host} timed out after {}", seconds(limit));
-                return Err(refuse(report, StatusCode::GATEWAY_TIMEOUT, why));
+                return refusal(Refused::ResolveTimeout, why);
             }
         };
         let mut refused = None;
@@ -261,11 +316,14 @@ impl Proxy {
         {
             report.decision.address = Some(addr);
             let why = format!("it resolves to {}, {}", addr.ip(), described(why));
-            return Err(refuse(report, StatusCode::FORBIDDEN, why));
+            return refusal(Refused::Policy, why);
         }
         report.decision.allowed = true;
         let deadline = Instant::now() + limit;
-        let mut failure = (StatusCode::BAD_GATEWAY, String::new());
+        let mut failure = Refusal {
+            kind: Refused::Connect(io::ErrorKind::Other),
+            why: String::new(),
+        };
         for addr in permitted {
             report.decision.address = Some(addr);
             match timeout_at(deadline, TcpStream::connect(addr)).await {
@@ -273,17 +331,22 @@ impl Proxy {
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);
                 }
-                Ok(Err(e)) => failure.1 = format!("connecting to {addr}: {e}"),
+                Ok(Err(e)) => {
+                    failure = Refusal {
+                        kind: Refused::Connect(e.kind()),
+                        why: format!("connecting to {addr}: {e}"),
+                    };
+                }
                 Err(_) => {
-                    failure = (
-                        StatusCode::GATEWAY_TIMEOUT,
-                        format!("connecting to {addr} timed out after {}", seconds(limit)),
-                    );
+                    failure = Refusal {
+                        kind: Refused::ConnectTimeout,
+                        why: format!("connecting to {addr} timed out after {}", seconds(limit)),
+                    };
                     break;
                 }
             }
         }
-        Err(refuse(report, failure.0, failure.1))
+        Err(failure)
     }
 }
 
@@ -327,21 +390,35 @@ fn not_a_proxy_request(report: &mut Report, req: &Request<Incoming>) -> Response
     )
 }
 
-/// A connection over the bound: answered without reading the request, then closed. Its
-/// request is never read, so it reports no decision (the daemon's log has the warning).
+/// A connection over the bound: answered without reading the request (a SOCKS5 client: its
+/// handshake, then "general failure"), then closed; all within a second. Its request is not
+/// served, so it reports no decision (the daemon's log has the message).
 async fn turn_away(mut stream: TcpStream, max: usize) {
     // debug, not warn: a sandbox opening connections in a loop would flood the log.
     tracing::debug!("egress proxy: over {max} connections; a new one is turned away");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut first = [0u8; 1];
+    if let Ok(Ok(1)) = timeout_at(deadline, stream.peek(&mut first)).await
+        && first[0] == socks::VERSION
+    {
+        socks::turn_away(stream, deadline).await;
+        return;
+    }
     let body = format!("corral egress proxy: too many connections (at most {max}); retry later\n");
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n\
          content-length: {}\r\nx-corral-egress: error\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    // Read what the client sent before closing: closing with unread bytes resets the
-    // connection, and the client might lose the answer.
-    let _ = timeout(Duration::from_secs(1), async {
-        stream.write_all(answer.as_bytes()).await?;
+    let _ = timeout_at(deadline, stream.write_all(answer.as_bytes())).await;
+    linger(stream, deadline).await;
+}
+
+/// Closes a connection that was answered: read what the client sent before closing (up to
+/// 64 KiB, until `deadline`), as closing with unread bytes resets the connection and the
+/// client might lose the answer.
+pub(super) async fn linger(mut stream: TcpStream, deadline: Instant) {
+    let _ = timeout_at(deadline, async {
         stream.shutdown().await?;
         let mut sink = [0u8; 4096];
         let mut total = 0;
@@ -351,7 +428,7 @@ async fn turn_away(mut stream: TcpStream, max: usize) {
                 n => total += n,
             }
         }
-        Ok::<_, std::io::Error>(())
+        Ok::<_, io::Error>(())
     })
     .await;
 }

@@ -155,6 +155,33 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         ran.output
     );
 
+    // Other TCP: SOCKS5 on the same port, names resolved by the proxy.
+    let ran = d
+        .sh(
+            id,
+            &format!("curl -sS --noproxy '' --socks5-hostname 127.0.0.1:3128 http://allowed.test:{port}/s"),
+        )
+        .await;
+    assert!(
+        ran.output.starts_with("hello from upstream"),
+        "{}",
+        ran.output
+    );
+    let ran = d
+        .sh(
+            id,
+            &format!(
+                "curl -sS --noproxy '' --socks5-hostname 127.0.0.1:3128 http://denied.test:{port}/"
+            ),
+        )
+        .await;
+    assert_ne!(ran.exit_code, 0, "{}", ran.output);
+    assert!(
+        !ran.output.contains("hello from upstream"),
+        "{}",
+        ran.output
+    );
+
     // Python (urllib reads the proxy variables) and Node (its http module, pointed at the
     // proxy the variables name).
     let ran = d
@@ -304,6 +331,16 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         "{log:?}"
     );
 
+    assert!(
+        log.decisions
+            .iter()
+            .any(|e| e.method == "SOCKS5" && e.allowed && e.host == "allowed.test")
+            && log
+                .decisions
+                .iter()
+                .any(|e| e.method == "SOCKS5" && !e.allowed && e.host == "denied.test"),
+        "{log:?}"
+    );
     let out = cli(d, &format!("egress-log {id}"));
     assert!(
         out.lines().any(|l| l.starts_with("denied")

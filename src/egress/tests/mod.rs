@@ -1,9 +1,11 @@
 //! The proxy end to end, in process: a proxy on 127.0.0.1, origins on 127.0.0.1, names mapped
 //! to them by an `OverrideResolver`, clients speaking raw HTTP/1.1 so the bytes on each wire
-//! are what the test asserts. `gate` covers refusals, `flow` what is carried and the bounds.
+//! are what the test asserts. `gate` covers refusals, `flow` what is carried and the bounds,
+//! `socks` SOCKS5 on the same listener.
 
 mod flow;
 mod gate;
+mod socks;
 
 use super::Decision;
 use super::addresses::{Addresses, Net};
