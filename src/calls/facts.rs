@@ -18,7 +18,7 @@ fn parsed<T>(r: &api::InvokeRequest, tool: Option<&ToolCall>, f: impl FnOnce(&To
 }
 
 /// Every name a call can have: the model-facing tools an `Invoke` runs, the typed calls' names
-/// ([`describe`]) and `decide_approval` — the metrics' `tool` label values (any other name is
+/// ([`describe`]), `decide_approval` and `set_network_rules` — the metrics' `tool` label values (any other name is
 /// the caller's text and is shown as `other`).
 pub const CALL_NAMES: &[&str] = &[
     // The bridge's tools (an Invoke's name).
@@ -55,6 +55,7 @@ pub const CALL_NAMES: &[&str] = &[
     "read_bytes",
     "remove",
     "remove_upload_stagings",
+    "set_network_rules",
     "stat",
     "upload",
     "upload_piece",

@@ -12,7 +12,7 @@ use crate::egress::rules::{DomainRule, Rules};
 use crate::sync::LockExt;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 /// The port of the proxy's listener on a proxied sandbox's loopback (the one TCP connect its
@@ -285,37 +285,19 @@ pub async fn attach(
             )
         })?;
     let port = egress.port;
-    let listener = tokio::task::spawn_blocking(move || listen_in_netns(pid, port))
-        .await
-        .map_err(|e| CallError::Internal(format!("the egress listener task failed: {e}")))?
-        .map_err(|e| {
-            CallError::Unmet(format!(
-                "the egress proxy could not be placed in the sandbox: {e}; the network stays \
+    let listener =
+        tokio::task::spawn_blocking(move || crate::sandbox::namespaces::listen_in_netns(pid, port))
+            .await
+            .map_err(|e| CallError::Internal(format!("the egress listener task failed: {e}")))?
+            .map_err(|e| {
+                CallError::Unmet(format!(
+                    "the egress proxy could not be placed in the sandbox: {e}; the network stays \
                  off and the session cannot run commands (NETWORK_MODE_PROXY needs corral to run \
                  as root)"
-            ))
-        })?;
+                ))
+            })?;
     let listener = tokio::net::TcpListener::from_std(listener)
         .map_err(|e| CallError::Internal(format!("the egress listener: {e}")))?;
     tokio::spawn(proxy.serve(listener, ended));
     Ok(())
-}
-
-/// A TCP listener on 127.0.0.1:`port` inside the network namespace of process `pid`. A socket
-/// belongs to the namespace it was made in, so a thread of its own enters that namespace,
-/// makes it and ends: no other thread of the daemon ever leaves the host's namespace.
-fn listen_in_netns(pid: u32, port: u16) -> std::io::Result<std::net::TcpListener> {
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)?;
-                let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
-                listener.set_nonblocking(true)?;
-                Ok(listener)
-            })
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the namespace thread panicked")))
-    })
 }

@@ -349,8 +349,17 @@ async fn allowed_hosts_are_reached_through_the_proxy_and_nothing_else() {
         "{out}"
     );
 
-    // Every decision is on the audit log, with the rule that made it.
+    // Every decision is on the audit log, with the rule that made it; so is the rule change.
     let log = std::fs::read_to_string(&s.audit).unwrap();
+    assert!(
+        log.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .any(|v| v["tool"] == "set_network_rules"
+                && v["outcome"] == "ok"
+                && v["session"] == id.as_str()
+                && v["targets"][0] == "allow denied.test"),
+        "{log}"
+    );
     let lines: Vec<serde_json::Value> = log
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -273,6 +273,46 @@ impl Audit {
     }
 }
 
+impl Audit {
+    /// A SetNetworkRules attempt: `targets` are the rules asked for (`allow HOST`, `deny HOST`),
+    /// `outcome` `ok` or the refusal's code.
+    pub fn network_rules(
+        &self,
+        caller: Caller,
+        credential: Option<String>,
+        session: &str,
+        targets: Vec<String>,
+        outcome: &str,
+    ) {
+        if !self.enabled() {
+            return;
+        }
+        self.write(&Record {
+            time: rfc3339(SystemTime::now()),
+            uid: caller.uid,
+            pid: caller.pid,
+            credential,
+            session,
+            tool: "set_network_rules",
+            targets,
+            cwd: "",
+            mode: "",
+            escalated: false,
+            outcome: outcome.to_string(),
+            exit_code: None,
+            process_id: None,
+            input_bytes: None,
+            duration_ms: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            approval_id: None,
+            approval_kind: None,
+            decision: None,
+            egress: None,
+        });
+    }
+}
+
 /// One call as it left the pipeline: what the audit line says.
 pub struct Finished<'a> {
     pub caller: Caller,

@@ -8,6 +8,7 @@ use crate::daemon::caller::identity::{Caller, RootCallers, worker_identity};
 use crate::daemon::egress::{PROXY_PORT, Registration, proxy_env};
 use crate::daemon::error::CallError;
 use crate::daemon::pipeline::admit::CorralService;
+use crate::daemon::pipeline::audit::Outcome;
 use crate::daemon::session::sessions::{self, SandboxRequest, Session, StoreError};
 use crate::egress::rules::Rules;
 use crate::sandbox::policy::Egress;
@@ -54,7 +55,33 @@ impl CorralService {
 
     /// SetNetworkRules: a proxied session's new rules, for its next connections. A sandboxed
     /// caller (a command that found the session's id) may not widen any session's network.
+    /// Every attempt, refused or not, is an audit line (what a session may reach is changing).
     pub(in crate::daemon) fn change_network_rules(
+        &self,
+        caller: Caller,
+        req: &api::SetNetworkRulesRequest,
+    ) -> Result<(), CallError> {
+        let started = std::time::Instant::now();
+        let result = self.replace_network_rules(caller, req);
+        let outcome = match &result {
+            Ok(()) => "ok".to_string(),
+            Err(e) => Outcome::failed(e).name,
+        };
+        let rules: Vec<String> = (req.allow_domains.iter().map(|r| format!("allow {r}")))
+            .chain(req.deny_domains.iter().map(|r| format!("deny {r}")))
+            .collect();
+        self.audit.network_rules(
+            caller,
+            caller.credential.and_then(|i| self.auth.name(i)),
+            &req.session_id,
+            rules,
+            &outcome,
+        );
+        crate::daemon::metrics::call("set_network_rules", &outcome, started.elapsed());
+        result
+    }
+
+    fn replace_network_rules(
         &self,
         caller: Caller,
         req: &api::SetNetworkRulesRequest,

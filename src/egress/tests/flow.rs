@@ -195,24 +195,8 @@ async fn a_client_sending_its_head_slowly_is_cut_off() {
         ..Limits::default()
     };
     let h = up(limits).await;
-    let c = h.client().await;
-    let (mut r, mut w) = c.into_split();
-    // A byte every 50 ms: never idle, never done.
-    tokio::spawn(async move {
-        for b in b"CONNECT up.test:443 HTTP/1.1\r\nHost: up.test:443\r\n\r\n" {
-            if w.write_all(&[*b]).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    let started = Instant::now();
-    let mut rest = Vec::new();
-    tokio::time::timeout(PATIENCE, r.read_to_end(&mut rest))
-        .await
-        .expect("cut off in time")
-        .ok();
-    let took = started.elapsed();
+    let head = b"CONNECT up.test:443 HTTP/1.1\r\nHost: up.test:443\r\n\r\n".to_vec();
+    let (took, _) = trickle_until_cut(h.client().await, head).await;
     assert!(took >= Duration::from_millis(250), "{took:?}");
     assert!(
         took < Duration::from_millis(2000),

@@ -174,6 +174,27 @@ pub async fn echo_through(c: &mut TcpStream, bytes: &[u8]) {
     assert_eq!(back, bytes);
 }
 
+/// Sends `bytes` one every 50 ms (never idle, never done) and reads until the proxy cuts the
+/// connection off: how long that took and what came back.
+pub async fn trickle_until_cut(c: TcpStream, bytes: Vec<u8>) -> (Duration, Vec<u8>) {
+    let (mut r, mut w) = c.into_split();
+    tokio::spawn(async move {
+        for b in bytes {
+            if w.write_all(&[b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    tokio::time::timeout(PATIENCE, r.read_to_end(&mut got))
+        .await
+        .expect("cut off in time")
+        .ok();
+    (started.elapsed(), got)
+}
+
 /// Reads until the peer closes; `Err` if it does not within `PATIENCE`.
 pub async fn read_to_close(c: &mut TcpStream) -> Result<Vec<u8>, &'static str> {
     let mut all = Vec::new();

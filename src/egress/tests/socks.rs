@@ -248,27 +248,10 @@ async fn a_slow_socks_handshake_is_cut_off() {
         ..Limits::default()
     };
     let h = socks_proxy(limits).await;
-    let c = h.client().await;
-    let (mut r, mut w) = c.into_split();
     let mut handshake = vec![5, 1, 0, 5, CONNECT, 0];
     handshake.extend_from_slice(&by_name("up.test"));
     handshake.extend_from_slice(&80u16.to_be_bytes());
-    // A byte every 50 ms: never idle, never done.
-    tokio::spawn(async move {
-        for b in handshake {
-            if w.write_all(&[b]).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    let started = Instant::now();
-    let mut got = Vec::new();
-    tokio::time::timeout(PATIENCE, r.read_to_end(&mut got))
-        .await
-        .expect("cut off in time")
-        .ok();
-    let took = started.elapsed();
+    let (took, got) = trickle_until_cut(h.client().await, handshake).await;
     assert!(took >= Duration::from_millis(250), "{took:?}");
     assert!(took < Duration::from_millis(2000), "{took:?}: a deadline");
     assert_eq!(got, [5, 0], "only the method was chosen");

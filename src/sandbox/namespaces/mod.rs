@@ -258,6 +258,25 @@ fn describe_flags(flags: CloneFlags) -> String {
         .join("|")
 }
 
+/// A TCP listener on 127.0.0.1:`port` inside the network namespace of process `pid`. A socket
+/// belongs to the namespace it was made in, so a thread of its own enters that namespace,
+/// makes it and ends: no other thread of the daemon ever leaves the host's namespace.
+pub fn listen_in_netns(pid: u32, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))?;
+                listener.set_nonblocking(true)?;
+                Ok(listener)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the namespace thread panicked")))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     //! Each test forks a child that enters the namespaces and execs `/bin/sh -c <script>`; the
